@@ -1,14 +1,16 @@
 """CRC specifications shared by the model, the RTL and the tests, and a plain-Python reference.
 
 One :class:`CrcSpec` object is the single source of truth for a CRC: the model computes with
-:meth:`CrcSpec.compute` (bit-serial Python, independent of any hardware library), the RTL takes
-:meth:`CrcSpec.algorithm` (an ``amaranth.lib.crc.Algorithm``) or the spec's own fields, and the tests
-compare both against catalogue check values.
+:meth:`CrcSpec.compute` (plain Python, a byte table built from the bit-serial :meth:`CrcSpec.update`,
+independent of any hardware library), the RTL takes :meth:`CrcSpec.algorithm` (an
+``amaranth.lib.crc.Algorithm``) or the spec's own fields, and the tests compare both against catalogue
+check values.
 
 - :data:`ICRC` is CRC-32 (IEEE 802.3 polynomial 0x04C11DB7, reflected, init and final XOR all ones):
   the InfiniBand Invariant CRC. The 32-bit result is sent least-significant byte first.
 - :data:`VCRC` is the InfiniBand Variant CRC: polynomial 0x100B, reflected, init and final XOR
-  0xFFFF, sent least-significant byte first after the ICRC (see docs/wire-formats.md).
+  0xFFFF, sent least-significant byte first after the ICRC (see docs/wire-formats.md). Its parameters
+  agree with Endace's dagcrc.c; no catalogue lists it, so ``check`` stays None (it computes 0x0A3D).
 """
 
 from __future__ import annotations
@@ -16,6 +18,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 __all__ = ["CrcSpec", "ICRC", "VCRC"]
+
+
+_TABLES: dict["CrcSpec", tuple[int, ...]] = {}
 
 
 def _reflect(value: int, width: int) -> int:
@@ -58,7 +63,36 @@ class CrcSpec:
         return state ^ self.xor_output
 
     def compute(self, data: bytes) -> int:
-        return self.finish(self.update(self.initial, data))
+        """CRC value of ``data``. Byte-table driven; the table is built from :meth:`update`, and the
+        tests check both paths against each other."""
+        table = self._table()
+        mask = (1 << self.width) - 1
+        if self.reflect_input:
+            state = _reflect(self.initial, self.width)
+            for byte in data:
+                state = table[(state ^ byte) & 0xFF] ^ (state >> 8)
+            if not self.reflect_output:
+                state = _reflect(state, self.width)
+        else:
+            shift = self.width - 8
+            state = self.initial
+            for byte in data:
+                state = table[(state >> shift) ^ byte] ^ ((state << 8) & mask)
+            if self.reflect_output:
+                state = _reflect(state, self.width)
+        return state ^ self.xor_output
+
+    def _table(self) -> tuple[int, ...]:
+        table = _TABLES.get(self)
+        if table is None:
+            if self.reflect_input:
+                # reflected register: entry i is the register after feeding byte i into a zero register
+                plain = CrcSpec(self.name, self.width, self.polynomial, 0, False, False, 0, None)
+                table = tuple(_reflect(plain.update(0, bytes([_reflect(i, 8)])), self.width) for i in range(256))
+            else:
+                table = tuple(self.update(0, bytes([i])) for i in range(256))
+            _TABLES[self] = table
+        return table
 
     def to_bytes(self, value: int) -> bytes:
         """Wire bytes of a CRC value: least-significant byte first (the IB rule for ICRC and VCRC)."""
