@@ -112,6 +112,8 @@ def run(b: Build, test_module: str, *, seed: int, testcase: str | None = None,
         extra_env: dict | None = None, test_dir: Path | None = None, log_file: Path | None = None) -> tuple[int, int]:
     """Run cocotb tests from ``test_module`` on a build. Returns ``(tests, failures)``.
 
+    The top-level language is passed explicitly: a runner that did not build itself cannot infer it.
+
     ``test_module`` must be importable: its folder goes on PYTHONPATH through ``test_dir``. Under
     pytest cocotb's runner itself raises on failure; elsewhere the caller checks the counts.
     """
@@ -124,7 +126,8 @@ def run(b: Build, test_module: str, *, seed: int, testcase: str | None = None,
     if test_dir is not None and str(test_dir) not in sys.path:
         sys.path.insert(0, str(test_dir))
     runner = get_runner("verilator")
-    results = runner.test(test_module=test_module, hdl_toplevel=b.toplevel, build_dir=b.build_dir,
+    results = runner.test(test_module=test_module, hdl_toplevel=b.toplevel, hdl_toplevel_lang="verilog",
+                          build_dir=b.build_dir,
                           test_dir=b.build_dir, seed=seed, testcase=testcase, extra_env=env,
                           waves=b.waves, log_file=log_file)
     return get_results(results)
