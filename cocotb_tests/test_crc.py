@@ -208,7 +208,9 @@ async def run_random(dut, idle, backpressure):
         tb.set_backpressure_generator(random_pause(random.Random(tb.rng.random()), backpressure))
     await tb.check_packets(random_packets(tb, 60))
     tb.log.info("input refused in %d cycles", tb.stalls)
-    if backpressure >= 0.9:
+    # The short-packet burst outruns a 10 % sink only if the input offers often enough: at idle 0.3
+    # results arrive at about 3.5x the drain rate, at idle 0.7 barely faster (a fill of ~fifo_depth).
+    if backpressure >= 0.9 and idle <= 0.3:
         assert tb.stalls, "backpressure never reached the input"
 
 

