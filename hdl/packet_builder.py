@@ -1,0 +1,760 @@
+"""Packet builder: header descriptor + payload stream in, complete RoCE / InfiniBand frames out.
+
+:class:`PacketBuilder` turns one :data:`~rnic.hdl.descriptor.DescriptorLayout` descriptor and the
+payload bytes of one packet into one wire frame for any of the five link modes, one output beat per
+clock. :class:`PacketBuilderAxis` is the same block behind AXI4-Stream ports (the cocotb, benchmark
+and synthesis boundary). docs/packet-builder.md describes the block, its timing and abort rules.
+
+Pipeline (all stages move one descriptor or one beat per clock)::
+
+    desc -> s1 (register) -> s2 (decode, opcode ROM, extended headers, payload rounded to 4,
+                                 IPv4 word pairs)
+         -> s3 (transport, header and frame lengths, IPv4 partial sum)
+         -> s4 (IPv4 sum with total length, frame parameters: beat counts, lane masks)
+         -> s5 (IPv4 checksum, header byte vectors: wire and ICRC view) -> k (skid register)
+         -> generator (header beats, then payload shifted by header length mod W/8 through a carry
+            register, pad, CRC placeholder bytes) -> bt (beat register, feeds both CRC engines)
+         -> delay line (CRC latency + 2) -> append ICRC / VCRC -> output FIFO -> frame
+
+s1..s5 stall on registered conditions only (the skid register k takes s5 whenever the generator
+does not), so the payload handshake never reaches the wide stage registers. The generator runs on
+credits: it only emits a beat when the output FIFO is sure to have room for it, so the delay line
+and the CRC engines never stall and each beat meets its CRC value at a fixed distance.
+
+Byte order: a header byte vector holds wire byte ``k`` at bits ``8k .. 8k+7`` (the stream's lane
+order); multi-byte header fields are big-endian on the wire, CRCs least-significant byte first.
+"""
+
+from __future__ import annotations
+
+from amaranth import Cat, Const, Module, Mux, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.lib.wiring import In, Out
+
+from rnic.model.crc import ICRC, VCRC
+from rnic.model.descriptor import MAX_PAYLOAD, LinkMode
+from rnic.model import headers as hd
+from rnic.model.opcodes import OPCODE_INFO
+from rnic.hdl.bus import AXIStreamSignature, PacketStream, axis_to_stream, stream_to_axis
+from rnic.hdl.crc import CrcStream
+from rnic.hdl.descriptor import DESC_WIDTH, DescriptorLayout, ErrorFlags
+
+__all__ = ["PacketBuilder", "PacketBuilderAxis", "HEADER_MAX", "DESC_AXIS_WIDTH"]
+
+ICRC_LEN = 4
+VCRC_LEN = 2
+_LEN_BITS = 13  # byte counts inside one frame (< 8192)
+
+#: ``s_desc`` tdata width of :class:`PacketBuilderAxis`: the descriptor rounded up to whole bytes.
+DESC_AXIS_WIDTH = -(-DESC_WIDTH // 8) * 8
+
+
+# --- header templates ---------------------------------------------------------------------------------
+
+class _Template:
+    """One fixed header layout before the extended headers: a (link mode, VLAN tag) pair."""
+
+    def __init__(self, index, mode, vlan):
+        self.index, self.mode, self.vlan = index, mode, vlan
+        self.ib = mode in (LinkMode.IB_LOCAL, LinkMode.IB_GLOBAL)
+        self.grh = mode in (LinkMode.ROCEV1, LinkMode.IB_GLOBAL)
+        eth = hd.Ethernet.BASE_SIZE + (hd.Ethernet.VLAN_TAG_SIZE if vlan else 0)
+        if mode is LinkMode.ROCEV2_IPV4:
+            net = [eth, hd.IPv4.SIZE, hd.UDP.SIZE]
+        elif mode is LinkMode.ROCEV2_IPV6:
+            net = [eth, hd.IPv6.SIZE, hd.UDP.SIZE]
+        elif mode is LinkMode.ROCEV1:
+            net = [eth, hd.GRH.SIZE]
+        elif mode is LinkMode.IB_LOCAL:
+            net = [hd.LRH.SIZE]
+        else:
+            net = [hd.LRH.SIZE, hd.GRH.SIZE]
+        self.eth_len = 0 if self.ib else eth
+        self.bth_off = sum(net)
+        self.base_len = self.bth_off + hd.BTH.SIZE
+        # ICRC coverage: RoCE modes from 8 bytes before the network header (those 8 bytes stand
+        # for the pseudo-LRH and are forced to ones); IB modes from the LRH.
+        self.crc_start = 0 if self.ib else eth - len(b"\xff" * 8)
+        self.crc_len = ICRC_LEN + (VCRC_LEN if self.ib else 0)
+        self.or_mask = self._or_mask()
+
+    def _or_mask(self):
+        """Bytes forced to ones in the ICRC view (icrc_view in model/frames.py), as an integer."""
+        mask = bytearray(self.base_len)
+
+        def ones(off, n=1, value=0xFF):
+            for k in range(off, off + n):
+                mask[k] |= value
+
+        def ipv6_like(off):
+            ones(off, 1, 0x0F)     # traffic class high nibble (low nibble of byte 0)
+            ones(off + 1, 3)       # traffic class low nibble and flow label
+            ones(off + 7)          # hop limit
+
+        if not self.ib:
+            ones(self.crc_start, 8)                       # pseudo-LRH
+            off = self.eth_len
+            if self.mode is LinkMode.ROCEV2_IPV4:
+                ones(off + 1)                             # TOS
+                ones(off + 8)                             # TTL
+                ones(off + 10, 2)                         # header checksum
+                ones(off + hd.IPv4.SIZE + 6, 2)           # UDP checksum
+            elif self.mode is LinkMode.ROCEV2_IPV6:
+                ipv6_like(off)
+                ones(off + hd.IPv6.SIZE + 6, 2)           # UDP checksum
+            else:
+                ipv6_like(off)                            # GRH
+        elif self.mode is LinkMode.IB_LOCAL:
+            ones(0, 1, 0xF0)                              # VL
+        else:
+            ones(0, hd.LRH.SIZE)                          # whole LRH
+            ipv6_like(hd.LRH.SIZE)
+        ones(self.bth_off + hd.BTH.RESV8A_OFFSET)         # FECN, BECN, resv6
+        return int.from_bytes(mask, "little")
+
+
+_TEMPLATES = []
+for _mode in (LinkMode.ROCEV2_IPV4, LinkMode.ROCEV2_IPV6, LinkMode.ROCEV1):
+    for _vlan in (0, 1):
+        _TEMPLATES.append(_Template(len(_TEMPLATES), _mode, _vlan))
+for _mode in (LinkMode.IB_LOCAL, LinkMode.IB_GLOBAL):
+    _TEMPLATES.append(_Template(len(_TEMPLATES), _mode, 0))
+del _mode, _vlan
+
+# Extended header combinations (wire order) that the opcode table uses; index 0 is "none".
+_EXT_COMBOS = [()]
+for _info in OPCODE_INFO.values():
+    if _info.ext_headers not in _EXT_COMBOS:
+        _EXT_COMBOS.append(_info.ext_headers)
+del _info
+_EXT_MAX = max(sum(h.SIZE for h in c) for c in _EXT_COMBOS)
+
+#: Longest header (all bytes before the payload), in bytes.
+HEADER_MAX = max(t.base_len for t in _TEMPLATES) + _EXT_MAX
+
+
+def _fit(value, width):
+    if isinstance(value, int):
+        return Const(value, width)
+    value = value.as_value() if hasattr(value, "as_value") else value
+    if len(value) >= width:
+        return value[:width]
+    return Cat(value, Const(0, width - len(value)))
+
+
+def _wire(fields):
+    """Big-endian header from ``(value, width)`` pairs in wire order (MSB first); wire byte k at bits 8k."""
+    total = sum(w for _, w in fields)
+    assert total % 8 == 0, fields
+    bits = Cat(*(_fit(v, w) for v, w in reversed(fields)))
+    n = total // 8
+    return Cat(*(bits[8 * (n - 1 - k):8 * (n - k)] for k in range(n)))
+
+
+def _header(cls, **values):
+    """Wire bytes of a model header class from its LAYOUT; reserved fields not given are zero."""
+    fields = []
+    for name, width in cls.LAYOUT:
+        if name not in values:
+            assert name.startswith("resv"), (cls, name)
+        fields.append((values.get(name, 0), width))
+    assert set(values) <= {n for n, _ in cls.LAYOUT}, (cls, values)
+    return _wire(fields)
+
+
+def _ext_header(cls, d):
+    if cls is hd.RETH:
+        return _header(cls, va=d.reth_va, rkey=d.reth_rkey, dma_len=d.reth_dma_len)
+    if cls is hd.AETH:
+        return _header(cls, syndrome=d.aeth_syndrome, msn=d.aeth_msn)
+    if cls is hd.DETH:
+        return _header(cls, qkey=d.deth_qkey, src_qp=d.deth_src_qp)
+    if cls is hd.ImmDt:
+        return _header(cls, imm=d.imm)
+    if cls is hd.IETH:
+        return _header(cls, rkey=d.imm)
+    if cls is hd.AtomicETH:
+        return _header(cls, va=d.atomic_va, rkey=d.atomic_rkey, swap_add=d.atomic_swap,
+                       compare=d.atomic_compare)
+    if cls is hd.AtomicAckETH:
+        return _header(cls, orig=d.atomic_orig)
+    raise AssertionError(cls)
+
+
+def _or_all(values):
+    out = values[0]
+    for v in values[1:]:
+        out = out | v
+    return out
+
+
+def _byte_mask(count, lanes):
+    """``lanes``-bit mask of the ``count`` lowest lanes, ``count`` in ``1 .. lanes`` (0 means all)."""
+    return Mux(count == 0, Const(-1, lanes), ((Const(1, lanes + 1) << count) - 1)[:lanes])
+
+
+def _expand(keep, lanes):
+    return Cat(*(keep[l].replicate(8) for l in range(lanes)))
+
+
+def _xor_tree(cols, vector, out_width):
+    bits = []
+    for i in range(out_width):
+        taps = [vector[j] for j, col in enumerate(cols) if col >> i & 1]
+        bits.append(Cat(*taps).xor() if taps else Const(0, 1))
+    return Cat(*bits)
+
+
+def _crc_extend(spec, nbytes):
+    """Affine map ``(crc value, nbytes of data) -> crc value after those bytes``: (columns, constant)."""
+    def unfinish(v):
+        v ^= spec.xor_output
+        if spec.reflect_output:
+            v = int(f"{v:0{spec.width}b}"[::-1], 2)
+        return v
+
+    def g(v, payload):
+        return spec.finish(spec.update(unfinish(v), payload.to_bytes(nbytes, "little")))
+
+    const = g(0, 0)
+    cols = [g(1 << j, 0) ^ const for j in range(spec.width)]
+    cols += [g(0, 1 << j) ^ const for j in range(8 * nbytes)]
+    return cols, const
+
+
+class PacketBuilder(wiring.Component):
+    """Frame builder for RoCEv2 (IPv4, IPv6), RoCEv1 and native IB (local, global).
+
+    Parameters
+    ----------
+    width : int
+        Datapath width ``W`` in bits: 64, 128, 256 or 512.
+
+    Members
+    -------
+    desc : ``In(stream.Signature(DescriptorLayout))``
+        One descriptor per frame; transfer on ``valid & ready``. Descriptors are taken in order and
+        pipelined (up to six are held: s1..s5 and the skid register), one per clock;
+        ``ready`` depends on registers only.
+    payload : ``In(PacketStream(W))``
+        Payload bytes of the descriptors with ``payload_len > 0``, in descriptor order, each packet
+        ending with ``last``. Beats are full (``keep`` all ones) except the last, whose ``keep`` is
+        a run from lane 0. A descriptor with ``payload_len == 0`` takes no payload beat. ``ready``
+        does not depend on ``valid``.
+    frame : ``Out(PacketStream(W, user_width=1))``
+        Frames, the first byte of each in lane 0; ``keep`` is all ones except on the ``last`` beat.
+        ``user`` is 1 on the last beat of an aborted frame. ``valid`` never waits for ``ready``;
+        the payload holds until the transfer (it comes straight from a FIFO).
+    error : ``Out(ErrorFlags)``
+        Sticky error causes; bit set when a frame is aborted for that cause.
+    error_clear : ``In(ErrorFlags)``
+        Write-1-to-clear for ``error``, one bit per cause, acting on the next clock edge (a cause
+        raised in the same cycle wins).
+
+    Latency from a descriptor transfer to the first beat of its frame, empty pipeline, no payload
+    wait: 19 clocks at W=64, 23 at W=512 (measured by the testbench); see docs/packet-builder.md.
+    """
+
+    def __init__(self, width):
+        if width not in (64, 128, 256, 512):
+            raise ValueError(f"width must be one of 64, 128, 256, 512, not {width!r}")
+        self._width = width
+        self._icrc = CrcStream(ICRC, width)
+        self._vcrc = CrcStream(VCRC, width)
+        self._crc_latency = self._icrc.latency
+        # s5 register + delay line + output FIFO capacity, in beats (the generator's credits).
+        self._delay = self._crc_latency + 2
+        self._depth = self._delay + 6
+        super().__init__({
+            "desc": In(stream.Signature(DescriptorLayout)),
+            "payload": In(PacketStream(width)),
+            "frame": Out(PacketStream(width, 1)),
+            "error": Out(ErrorFlags),
+            "error_clear": In(ErrorFlags),
+        })
+
+    @property
+    def width(self):
+        return self._width
+
+    def elaborate(self, platform):
+        m = Module()
+        W = self._width
+        B = W // 8
+        lb = B.bit_length() - 1
+        HB = -(-HEADER_MAX // B) * B           # header vector bytes, whole beats
+        ones = Const(-1, B)
+        nt = len(_TEMPLATES)
+
+        # ---- pipeline handshakes: a stage loads whenever it, or any stage after it, is empty, or
+        # the skid register k after s5 is empty. Every enable is a function of registers only:
+        # the generator's load decision (which depends on the payload handshake) never reaches
+        # the wide stage registers.
+        valid = [Signal(name=f"s{i}_valid") for i in range(1, 6)]
+        s1_valid, s2_valid, s3_valid, s4_valid, s5_valid = valid
+        k_valid = Signal()
+        g_load = Signal()
+        s1_en, s2_en, s3_en, s4_en, s5_en = (
+            Cat(~k_valid, *(~v for v in valid[k:])).any() for k in range(5))
+
+        # ---- s1: descriptor register
+        s1_d = Signal(DescriptorLayout)
+        m.d.comb += self.desc.ready.eq(s1_en)
+        with m.If(s1_en):
+            m.d.sync += [s1_valid.eq(self.desc.valid), s1_d.eq(self.desc.payload)]
+
+        # ---- s2: decode, opcode ROM, extended headers, payload length rounded up, IPv4 word pairs
+        d = s1_d
+        s2_d = Signal(DescriptorLayout)
+        s2_bad_mode = Signal()
+        s2_too_long = Signal()
+        s2_pdecl_nz = Signal()
+        s2_p = Signal(_LEN_BITS)
+        s2_p4 = Signal(_LEN_BITS)
+        s2_pad = Signal(2)
+        s2_ext = Signal(8 * _EXT_MAX)
+        s2_ext_len = Signal(range(_EXT_MAX + 1))
+        s2_tmpl = Signal(range(nt))
+        s2_pairs = [Signal(17, name=f"s2_pair{k}") for k in range(4)]
+
+        bad_mode = d.mode >= len(LinkMode)
+        too_long = d.payload_len > MAX_PAYLOAD
+        bad = bad_mode | too_long
+        mode_eff = Mux(bad_mode, LinkMode.ROCEV2_IPV4, d.mode)
+        combo = Signal(range(len(_EXT_COMBOS)))
+        with m.Switch(d.opcode):
+            for op, info in OPCODE_INFO.items():
+                index = _EXT_COMBOS.index(info.ext_headers)
+                if index:
+                    with m.Case(int(op)):
+                        m.d.comb += combo.eq(index)
+        ext = Signal(8 * _EXT_MAX)
+        ext_len = Signal(range(_EXT_MAX + 1))
+        with m.Switch(combo):
+            for index, hdrs in enumerate(_EXT_COMBOS):
+                with m.Case(index):
+                    if hdrs:
+                        m.d.comb += ext.eq(Cat(*(_ext_header(h, d) for h in hdrs)))
+                    m.d.comb += ext_len.eq(sum(h.SIZE for h in hdrs))
+        tmpl = Signal(range(nt))
+        with m.Switch(mode_eff):
+            for t in _TEMPLATES:
+                if t.vlan:
+                    continue
+                with m.Case(int(t.mode)):
+                    if t.ib:
+                        m.d.comb += tmpl.eq(t.index)
+                    else:
+                        m.d.comb += tmpl.eq(t.index + d.vlan_present)
+        # IPv4 header words other than total length and checksum, summed in pairs.
+        words = [Const(0x4500, 16) | d.traffic_class, d.ip_id, Const(hd.IPV4_FLAG_DF << 13, 16),
+                 Cat(Const(hd.IP_PROTO_UDP, 8), d.hop_limit),
+                 d.src_gid[16:32], d.src_gid[0:16], d.dst_gid[16:32], d.dst_gid[0:16]]
+        p_up4 = (d.payload_len + 3)[2:]
+        with m.If(s2_en):
+            m.d.sync += [
+                s2_valid.eq(s1_valid), s2_d.eq(d),
+                s2_bad_mode.eq(bad_mode), s2_too_long.eq(too_long),
+                s2_pdecl_nz.eq(d.payload_len != 0),
+                s2_p.eq(Mux(bad, 0, d.payload_len)),
+                s2_p4.eq(Mux(bad, 0, Cat(Const(0, 2), p_up4))),
+                s2_pad.eq(Mux(bad, 0, -d.payload_len[:2])),
+                s2_ext.eq(ext), s2_ext_len.eq(ext_len), s2_tmpl.eq(tmpl),
+                *(s2_pairs[k].eq(words[2 * k] + words[2 * k + 1]) for k in range(4)),
+            ]
+
+        # ---- s3: transport length, header and frame lengths, IPv4 partial sum
+        s3_d = Signal(DescriptorLayout)
+        s3_bad_mode = Signal()
+        s3_too_long = Signal()
+        s3_pdecl_nz = Signal()
+        s3_p = Signal(_LEN_BITS)
+        s3_pad = Signal(2)
+        s3_ext = Signal(8 * _EXT_MAX)
+        s3_tmpl = Signal(range(nt))
+        s3_tl = Signal(_LEN_BITS)
+        s3_ip4 = Signal(16)
+        s3_sum = Signal(19)
+        s3_h = Signal(range(HEADER_MAX + 1))
+        s3_t = Signal(_LEN_BITS)
+        s3_f = Signal(_LEN_BITS)
+        s3_cs = Signal(range(B * 2 + 16))
+
+        base_len = Signal(range(HEADER_MAX + 1))
+        base_crc = Signal(range(HEADER_MAX + 8))
+        cs = Signal(range(B * 2 + 16))
+        with m.Switch(s2_tmpl):
+            for t in _TEMPLATES:
+                with m.Case(t.index):
+                    m.d.comb += [base_len.eq(t.base_len), base_crc.eq(t.base_len + t.crc_len),
+                                 cs.eq(t.crc_start)]
+        tl_fixed = hd.BTH.SIZE + ICRC_LEN
+        with m.If(s3_en):
+            m.d.sync += [
+                s3_valid.eq(s2_valid), s3_d.eq(s2_d),
+                s3_bad_mode.eq(s2_bad_mode), s3_too_long.eq(s2_too_long), s3_pdecl_nz.eq(s2_pdecl_nz),
+                s3_p.eq(s2_p), s3_pad.eq(s2_pad), s3_ext.eq(s2_ext), s3_tmpl.eq(s2_tmpl),
+                s3_tl.eq(s2_p4 + (s2_ext_len + tl_fixed)),
+                s3_ip4.eq(s2_p4 + (s2_ext_len + (tl_fixed + hd.IPv4.SIZE + hd.UDP.SIZE))),
+                s3_sum.eq((s2_pairs[0] + s2_pairs[1]) + (s2_pairs[2] + s2_pairs[3])),
+                s3_h.eq(base_len + s2_ext_len),
+                s3_t.eq((base_len + s2_ext_len) + s2_p4),
+                s3_f.eq((base_crc + s2_ext_len) + s2_p4),
+                s3_cs.eq(cs),
+            ]
+
+        # ---- s4: IPv4 sum with total length (folded once), frame parameters
+        params = data.StructLayout({
+            "nh": _LEN_BITS, "h": max(lb, 1), "np": _LEN_BITS, "npm1": _LEN_BITS, "plast_mask": B,
+            "nbm1": _LEN_BITS, "last_keep": B, "jt": _LEN_BITS, "jt1": _LEN_BITS, "tail_off": max(lb, 1),
+            "cs_beat": _LEN_BITS, "cs_mask": B, "jc": _LEN_BITS, "crc_last_mask": B,
+        })
+        s4_d = Signal(DescriptorLayout)
+        s4_bad_mode = Signal()
+        s4_too_long = Signal()
+        s4_pdecl_nz = Signal()
+        s4_pad = Signal(2)
+        s4_ext = Signal(8 * _EXT_MAX)
+        s4_tsel = Signal(nt)         # one-hot template: an AND-OR header mux without a decoder
+        s4_tl = Signal(_LEN_BITS)
+        s4_ip4 = Signal(16)
+        s4_sum = Signal(17)
+        s4_p = Signal(params)
+
+        sum_total = Signal(20)
+        m.d.comb += sum_total.eq(s3_sum + s3_ip4)
+        with m.If(s4_en):
+            m.d.sync += [
+                s4_valid.eq(s3_valid), s4_d.eq(s3_d),
+                s4_bad_mode.eq(s3_bad_mode), s4_too_long.eq(s3_too_long), s4_pdecl_nz.eq(s3_pdecl_nz),
+                s4_pad.eq(s3_pad), s4_ext.eq(s3_ext), s4_tsel.eq(Const(1, nt) << s3_tmpl), s4_tl.eq(s3_tl),
+                s4_ip4.eq(s3_ip4),
+                s4_sum.eq(sum_total[:16] + sum_total[16:]),
+                s4_p.nh.eq(s3_h[lb:]), s4_p.h.eq(s3_h[:lb]),
+                s4_p.np.eq((s3_p + (B - 1))[lb:]), s4_p.npm1.eq((s3_p - 1)[lb:]),
+                s4_p.plast_mask.eq(_byte_mask(s3_p[:lb], B)),
+                s4_p.nbm1.eq((s3_f - 1)[lb:]), s4_p.last_keep.eq(_byte_mask(s3_f[:lb], B)),
+                s4_p.jt.eq(s3_t[lb:]), s4_p.jt1.eq(s3_t[lb:] + 1), s4_p.tail_off.eq(s3_t[:lb]),
+                s4_p.cs_beat.eq(s3_cs[lb:]),
+                s4_p.cs_mask.eq(~_byte_mask(s3_cs[:lb], B) | (s3_cs[:lb] == 0).replicate(B)),
+                s4_p.jc.eq((s3_t - 1)[lb:]), s4_p.crc_last_mask.eq(_byte_mask(s3_t[:lb], B)),
+            ]
+
+        # ---- s5: IPv4 checksum, header byte vectors (wire and ICRC view), first-beat flags
+        frame_info = data.StructLayout({
+            "hdr": 8 * HB, "hdrm": 8 * HB, "p": params, "ib": 1,
+            "bad_mode": 1, "too_long": 1, "pdecl_nz": 1,
+            "first_hdr": 1,          # beat 0 is a header-only beat
+            "first_pl": 1,           # beat 0 takes payload beat 0
+            "first_last": 1,         # the frame is one beat
+            "first_final": 1,        # payload beat 0 is the payload's last
+        })
+        s5_f = Signal(frame_info)
+
+        d = s4_d
+        csum = Signal(16)
+        m.d.comb += csum.eq(~(s4_sum[:16] + s4_sum[16]))
+        udp_len = hd.UDP.SIZE + s4_tl
+        hdr = Signal(8 * HB)
+        hdrm = Signal(8 * HB)
+        ib = Signal()
+        hdr_terms, hdrm_terms, ib_terms = [], [], []
+        for t in _TEMPLATES:
+            parts = []
+            if not t.ib:
+                ethertype = {LinkMode.ROCEV2_IPV4: hd.ETHERTYPE_IPV4,
+                             LinkMode.ROCEV2_IPV6: hd.ETHERTYPE_IPV6,
+                             LinkMode.ROCEV1: hd.ETHERTYPE_ROCEV1}[t.mode]
+                eth = [(d.dst_mac, 48), (d.src_mac, 48)]
+                if t.vlan:
+                    eth += [(hd.ETHERTYPE_VLAN, 16), (d.vlan_tci, 16)]
+                parts.append(_wire(eth + [(ethertype, 16)]))
+            else:
+                words = (hd.LRH.SIZE + (hd.GRH.SIZE if t.grh else 0) + s4_tl)[2:]
+                parts.append(_header(
+                    hd.LRH, vl=d.vl, lver=hd.LVER_IBA, sl=d.sl,
+                    lnh=hd.LNH_IBA_GLOBAL if t.grh else hd.LNH_IBA_LOCAL,
+                    dlid=d.dlid, pkt_len=words, slid=d.slid))
+            if t.mode is LinkMode.ROCEV2_IPV4:
+                parts.append(_header(
+                    hd.IPv4, version=4, ihl=5, tos=d.traffic_class,
+                    total_length=s4_ip4, ident=d.ip_id, flags=hd.IPV4_FLAG_DF,
+                    frag_offset=0, ttl=d.hop_limit, protocol=hd.IP_PROTO_UDP, checksum=csum,
+                    src=d.src_gid[:32], dst=d.dst_gid[:32]))
+            elif t.mode is LinkMode.ROCEV2_IPV6:
+                parts.append(_header(
+                    hd.IPv6, version=hd.IP_VERSION_6, traffic_class=d.traffic_class,
+                    flow_label=d.flow_label, payload_length=udp_len,
+                    next_header=hd.IP_PROTO_UDP, hop_limit=d.hop_limit,
+                    src=d.src_gid, dst=d.dst_gid))
+            elif t.grh:
+                parts.append(_header(
+                    hd.GRH, ipver=hd.IP_VERSION_6, tclass=d.traffic_class,
+                    flow_label=d.flow_label, pay_len=s4_tl,
+                    next_header=hd.GRH_NEXT_HEADER_IBA, hop_limit=d.hop_limit,
+                    sgid=d.src_gid, dgid=d.dst_gid))
+            if t.mode in (LinkMode.ROCEV2_IPV4, LinkMode.ROCEV2_IPV6):
+                parts.append(_header(hd.UDP, sport=d.udp_sport, dport=hd.ROCEV2_UDP_PORT,
+                                     length=udp_len, checksum=0))
+            parts.append(_header(
+                hd.BTH, opcode=d.opcode, se=d.se, migreq=d.migreq, pad_count=s4_pad,
+                tver=hd.TVER_IBA, pkey=d.pkey, fecn=d.fecn, becn=d.becn,
+                dest_qp=d.dest_qp, ackreq=d.ackreq, psn=d.psn))
+            base = Cat(*parts)
+            assert len(base) == 8 * t.base_len
+            full = Cat(base, s4_ext)
+            sel = s4_tsel[t.index]
+            hdr_terms.append(full & sel.replicate(len(full)))
+            hdrm_terms.append((full | Const(t.or_mask, 8 * t.base_len)) & sel.replicate(len(full)))
+            if t.ib:
+                ib_terms.append(sel)
+        m.d.comb += [
+            hdr.eq(_or_all(hdr_terms)),
+            hdrm.eq(_or_all(hdrm_terms)),
+            ib.eq(_or_all(ib_terms)),
+        ]
+        with m.If(s5_en):
+            m.d.sync += [
+                s5_valid.eq(s4_valid),
+                s5_f.hdr.eq(hdr), s5_f.hdrm.eq(hdrm), s5_f.p.eq(s4_p), s5_f.ib.eq(ib),
+                s5_f.bad_mode.eq(s4_bad_mode), s5_f.too_long.eq(s4_too_long), s5_f.pdecl_nz.eq(s4_pdecl_nz),
+                s5_f.first_hdr.eq(s4_p.nh != 0),
+                s5_f.first_pl.eq((s4_p.nh == 0) & (s4_p.np != 0)),
+                s5_f.first_last.eq(s4_p.nbm1 == 0),
+                s5_f.first_final.eq(s4_p.npm1 == 0),
+            ]
+
+        # ---- k: skid register between s5 and the generator (registered ready for s1..s5). It
+        # captures s5 whenever it is empty; it is full when the generator did not take s5.
+        k_f = Signal(frame_info)
+        src = Signal(frame_info)
+        src_valid = k_valid | s5_valid
+        m.d.comb += src.eq(Mux(k_valid, k_f, s5_f))
+        with m.If(~k_valid):
+            m.d.sync += k_f.eq(s5_f)
+        m.d.sync += k_valid.eq(Mux(k_valid, ~g_load, s5_valid & ~g_load))
+
+        # ---- generator. Control flags for the current beat are registers (computed one beat
+        # ahead), so the payload handshake and the load decision are a few LUTs deep.
+        g_active = Signal()
+        g_j = Signal(_LEN_BITS)
+        g_pi = Signal(_LEN_BITS)
+        g_hdr = Signal(8 * HB)
+        g_hdrm = Signal(8 * HB)
+        g_p = Signal(params)
+        g_ib = Signal()
+        g_abort = Signal()
+        g_fill = Signal()
+        g_in_hdr = Signal()          # this beat is a header-only beat
+        g_pl = Signal()              # this beat takes payload beat g_pi (or a fill beat)
+        g_last = Signal()            # this beat is the frame's last
+        g_room = Signal(init=1)      # a credit: inflight < depth
+        g_final = Signal()           # g_pi is the payload packet's last beat
+        g_pmask = Signal(B)          # payload lanes this beat keeps (0: it takes no payload)
+        inflight = Signal(range(self._depth + 1))
+        drop_cnt = Signal(3)
+        pop = Signal()
+
+        pv = self.payload.payload
+        need_pl = g_pl & ~g_fill
+        dropping = drop_cnt != 0
+        push = Signal()
+        m.d.comb += [
+            self.payload.ready.eq(dropping | (g_active & g_room & need_pl)),
+            push.eq(g_active & g_room & (~need_pl | (self.payload.valid & ~dropping))),
+        ]
+        take = push & need_pl                                # a payload beat goes into this beat
+        is_final = g_final
+        exp_mask = Mux(is_final, g_p.plast_mask, ones)
+        extra = (pv.keep & ~exp_mask).any()
+        early_ev = take & pv.last & (~is_final | ((pv.keep != exp_mask) & ~extra))
+        late_ev = take & is_final & (~pv.last | extra)
+        late_drop = take & is_final & ~pv.last
+
+        pd = Signal(W)
+        m.d.comb += pd.eq(pv.data & _expand(pv.keep & g_pmask, B))
+        sh = Signal(2 * W)
+        m.d.comb += sh.eq(pd << Cat(Const(0, 3), g_p.h[:lb]))
+        hdr_lo, hdrm_lo = g_hdr[:W], g_hdrm[:W]
+        out_data = Mux(g_in_hdr, hdr_lo, hdr_lo | sh[:W])
+        out_mdata = Mux(g_in_hdr, hdrm_lo, hdrm_lo | sh[:W])
+
+        bad_load = src.bad_mode | src.too_long
+        drop_full = drop_cnt >= 6
+        next_frame = ~g_active | (push & g_last)       # the generator is ready for a frame
+        m.d.comb += g_load.eq(src_valid & next_frame & ~(bad_load & src.pdecl_nz & drop_full))
+
+        j1 = Signal(_LEN_BITS)
+        pi1 = Signal(_LEN_BITS)
+        in_hdr1 = Signal()
+        pl1 = Signal()
+        final1 = Signal()
+        fill1 = Signal()
+        m.d.comb += [
+            j1.eq(g_j + 1), pi1.eq(g_pi + g_pl), in_hdr1.eq(j1 < g_p.nh),
+            pl1.eq(~in_hdr1 & (pi1 < g_p.np)), final1.eq(pi1 == g_p.npm1),
+            fill1.eq(g_fill | (early_ev & ~is_final)),
+        ]
+        with m.If(push):
+            m.d.sync += [
+                g_j.eq(j1), g_pi.eq(pi1),
+                g_in_hdr.eq(in_hdr1), g_pl.eq(pl1), g_last.eq(j1 == g_p.nbm1), g_final.eq(final1),
+                g_pmask.eq(Mux(pl1 & ~fill1, Mux(final1, g_p.plast_mask, ones), 0)),
+                g_hdr.eq(Mux(g_in_hdr, g_hdr >> W, sh[W:])),
+                g_hdrm.eq(Mux(g_in_hdr, g_hdrm >> W, sh[W:])),
+            ]
+            with m.If(early_ev & ~is_final):
+                m.d.sync += g_fill.eq(1)
+            with m.If(early_ev | late_ev):
+                m.d.sync += g_abort.eq(1)
+            with m.If(g_last):
+                m.d.sync += g_active.eq(0)
+        # Wide frame registers load whenever the generator is ready for a frame, whether or not
+        # one is there (harmless while g_active stays low): their select is then `push`, not
+        # `g_load`.
+        with m.If(next_frame):
+            m.d.sync += [g_hdr.eq(src.hdr), g_hdrm.eq(src.hdrm), g_p.eq(src.p), g_ib.eq(src.ib)]
+        with m.If(g_load):
+            m.d.sync += [
+                g_active.eq(1), g_j.eq(0), g_pi.eq(0), g_abort.eq(bad_load), g_fill.eq(0),
+                g_in_hdr.eq(src.first_hdr), g_pl.eq(src.first_pl), g_last.eq(src.first_last),
+                g_final.eq(src.first_final),
+                g_pmask.eq(Mux(src.first_pl, Mux(src.first_final, src.p.plast_mask, ones), 0)),
+            ]
+
+        drop_dec = dropping & self.payload.valid & pv.last
+        m.d.sync += drop_cnt.eq(drop_cnt + (g_load & bad_load & src.pdecl_nz) + late_drop - drop_dec)
+        inflight_next = Signal(range(self._depth + 2))
+        m.d.comb += inflight_next.eq(inflight + push - pop)
+        m.d.sync += [inflight.eq(inflight_next), g_room.eq(inflight_next < self._depth)]
+
+        # Sticky errors, write-1-to-clear.
+        raised = Signal(ErrorFlags)
+        m.d.comb += [
+            raised.bad_mode.eq(g_load & src.bad_mode),
+            raised.too_long.eq(g_load & src.too_long),
+            raised.early.eq(early_ev),
+            raised.late.eq(late_ev),
+        ]
+        m.d.sync += self.error.eq((self.error.as_value() & ~self.error_clear.as_value()) | raised.as_value())
+
+        # ---- bt: beat register; feeds the CRC engines and the delay line
+        beat = data.StructLayout({"data": W, "keep": B, "last": 1, "user": 1, "phase": 2,
+                                  "tail_off": max(lb, 1), "ib": 1})
+        bt_valid = Signal()
+        bt_beat = Signal(beat)
+        bt_mdata = Signal(W)
+        bt_crc_valid = Signal()
+        bt_crc_keep = Signal(B)
+        bt_crc_last = Signal()
+        crc_first = g_j == g_p.cs_beat
+        crc_last = g_j == g_p.jc
+        m.d.sync += [
+            bt_valid.eq(push),
+            bt_beat.data.eq(out_data),
+            bt_beat.keep.eq(Mux(g_last, g_p.last_keep, ones)),
+            bt_beat.last.eq(g_last),
+            bt_beat.user.eq(g_last & (g_abort | early_ev | late_ev)),
+            bt_beat.phase.eq(Mux(g_j == g_p.jt, 1, Mux(g_j == g_p.jt1, 2, 0))),
+            bt_beat.tail_off.eq(g_p.tail_off),
+            bt_beat.ib.eq(g_ib),
+            bt_mdata.eq(out_mdata),
+            bt_crc_valid.eq((g_j >= g_p.cs_beat) & (g_j <= g_p.jc)),
+            bt_crc_keep.eq(Mux(crc_first, g_p.cs_mask, ones) & Mux(crc_last, g_p.crc_last_mask, ones)),
+            bt_crc_last.eq(crc_last),
+        ]
+
+        m.submodules.icrc = icrc = self._icrc
+        m.submodules.vcrc = vcrc = self._vcrc
+        for engine, src in ((icrc, bt_mdata), (vcrc, bt_beat.data)):
+            m.d.comb += [
+                engine.i.valid.eq(bt_valid & bt_crc_valid),
+                engine.i.payload.data.eq(src),
+                engine.i.payload.keep.eq(bt_crc_keep),
+                engine.i.payload.last.eq(bt_crc_last),
+                engine.o.ready.eq(1),
+            ]
+        r1_icrc = Signal(32)
+        r1_vcrc = Signal(16)
+        with m.If(icrc.o.valid):
+            m.d.sync += [r1_icrc.eq(icrc.o.payload), r1_vcrc.eq(vcrc.o.payload)]
+        r2_icrc = Signal(32)
+        r2_vcrc = Signal(16)
+        cols, const = _crc_extend(VCRC, ICRC_LEN)
+        m.d.sync += [r2_icrc.eq(r1_icrc),
+                     r2_vcrc.eq(_xor_tree(cols, Cat(r1_vcrc, r1_icrc), 16) ^ const)]
+
+        # ---- delay line: each beat meets its frame's CRCs at the end
+        dl_valid, dl_beat = bt_valid, bt_beat
+        for k in range(self._delay):
+            v = Signal(name=f"dl{k}_valid")
+            b = Signal(beat, name=f"dl{k}_beat")
+            m.d.sync += [v.eq(dl_valid), b.eq(dl_beat)]
+            dl_valid, dl_beat = v, b
+
+        crc6 = Cat(r2_icrc, Mux(dl_beat.ib, r2_vcrc, 0))
+        placed = Signal(2 * W)
+        m.d.comb += placed.eq(crc6 << Cat(Const(0, 3), dl_beat.tail_off[:lb]) if lb else crc6)
+        add = Mux(dl_beat.phase == 1, placed[:W], Mux(dl_beat.phase == 2, placed[W:], 0))
+
+        m.submodules.fifo = fifo = SyncFIFOBuffered(width=W + B + 2, depth=self._depth)
+        m.d.comb += [
+            fifo.w_en.eq(dl_valid),
+            fifo.w_data.eq(Cat(dl_beat.data | add, dl_beat.keep, dl_beat.last, dl_beat.user)),
+            self.frame.valid.eq(fifo.r_rdy),
+            self.frame.payload.data.eq(fifo.r_data[:W]),
+            self.frame.payload.keep.eq(fifo.r_data[W:W + B]),
+            self.frame.payload.last.eq(fifo.r_data[W + B]),
+            self.frame.payload.user.eq(fifo.r_data[W + B + 1]),
+            fifo.r_en.eq(self.frame.ready),
+            pop.eq(fifo.r_rdy & self.frame.ready),
+        ]
+        return m
+
+
+class PacketBuilderAxis(wiring.Component):
+    """:class:`PacketBuilder` behind AXI4-Stream ports (the cocotb, benchmark and synthesis boundary).
+
+    Parameters
+    ----------
+    width : int
+        Datapath width in bits: 64, 128, 256 or 512.
+
+    Members
+    -------
+    s_desc : ``In(AXIStreamSignature(DESC_AXIS_WIDTH))``
+        One single-beat transfer per descriptor: ``tdata`` carries ``PacketDesc.to_int()`` (first
+        field at bit 0); ``tkeep``, ``tlast`` and ``tuser`` are ignored.
+    s_payload : ``In(AXIStreamSignature(width))``
+        Payload bytes, one AXI4-Stream frame per descriptor with ``payload_len > 0``; ``tuser``
+        is ignored.
+    m_axis : ``Out(AXIStreamSignature(width, user_width=1))``
+        Frames; ``tuser`` is 1 on the last beat of an aborted frame.
+    error, error_clear :
+        As in :class:`PacketBuilder`.
+    """
+
+    def __init__(self, width):
+        self._core = PacketBuilder(width)  # validates the parameters
+        super().__init__({
+            "s_desc": In(AXIStreamSignature(DESC_AXIS_WIDTH)),
+            "s_payload": In(AXIStreamSignature(width)),
+            "m_axis": Out(AXIStreamSignature(width, 1)),
+            "error": Out(ErrorFlags),
+            "error_clear": In(ErrorFlags),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.core = core = self._core
+        m.d.comb += [
+            core.desc.valid.eq(self.s_desc.tvalid),
+            core.desc.payload.eq(self.s_desc.tdata[:DESC_WIDTH]),
+            self.s_desc.tready.eq(core.desc.ready),
+            self.error.eq(core.error),
+            core.error_clear.eq(self.error_clear),
+        ]
+        axis_to_stream(m, self.s_payload, core.payload)
+        stream_to_axis(m, core.frame, self.m_axis)
+        return m
