@@ -92,7 +92,8 @@ def synthesize(component_factory, name: str, *, device: str = "ecp5-25f", target
                workdir: Path | None = None, seed: int = 1) -> dict:
     """Synthesize ``component_factory()`` out of context on ``device``; return a report dict.
 
-    Keys: ``device``, ``name``, ``lut4``, ``ff``, ``wrapper_ff``, ``bram``, ``dsp``, ``fmax_mhz``
+    Keys: ``device``, ``name``, ``lut4``, ``ff``, ``wrapper_ff``, ``bram``, ``lutram`` (TRELLIS_RAMW
+    cells of distributed RAM), ``dsp``, ``fmax_mhz``
     (per clock domain), ``target_mhz``, ``timing_met``, ``fits``, ``utilisation`` (nextpnr's own
     table). A design that does not fit raises ``RuntimeError`` from nextpnr's message unless the
     failure is the fit itself, which is reported as ``fits: False``.
@@ -132,7 +133,7 @@ def synthesize(component_factory, name: str, *, device: str = "ecp5-25f", target
 
     fmax = {clk: round(v["achieved"], 2) for clk, v in pnr_report.get("fmax", {}).items()}
     lut4, ff, bram, dsp = used("TRELLIS_COMB"), used("TRELLIS_FF"), used("DP16KD"), used("MULT18X18D")
-    report.update(lut4=lut4, ff=ff, bram=bram, dsp=dsp, fmax_mhz=fmax,
+    report.update(lut4=lut4, ff=ff, bram=bram, lutram=used("TRELLIS_RAMW"), dsp=dsp, fmax_mhz=fmax,
                   timing_met=bool(fmax) and all(f >= target_mhz for f in fmax.values()),
                   fits=lut4 <= dev.lut4 and ff <= dev.ff and bram <= dev.bram,
                   utilisation=util)
