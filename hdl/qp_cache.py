@@ -1,0 +1,552 @@
+"""QP context cache: on-chip copies of the active 128-byte QP context records of the host-memory table.
+
+Architecture (the shape of minerva's cache, plus one miss-status holding register):
+
+* tags, valid and dirty bits in flip-flops (all ways of a set compared in one cycle), record data in
+  a :class:`~amaranth.lib.memory.Memory` of ``entries`` x 1024 bits with one synchronous read port
+  and one write port. The read port is not transparent: a read of the entry ``s2_`` writes at the
+  same edge is forwarded from ``fwd_rec`` (the last record written) instead;
+* a two-stage pipeline: the accept clock (``s0``) compares the incoming QPN and registers the entry
+  index, so ``s1_`` addresses the data memory from a flip-flop (and re-checks the compare, since the
+  tags can change at the accept edge), ``s2_`` applies the
+  engine update, writes the record back to the data memory and presents the response. A hit is
+  answered two clocks after the request is accepted, one request per clock;
+* one MSHR (``mshr_``): a miss hides its victim way, reads the victim through the read port (one
+  bubble), fetches the record with one 16-beat AXI4 burst and, in parallel, writes the victim's 16
+  mutable bytes back (2-beat burst) if it is dirty. Hits
+  to other QPs keep flowing meanwhile; a second miss waits in ``s1_``. When both bursts are done
+  the MSHR installs the tag and injects the fill into ``s2_``, which answers the request. Responses
+  can therefore overtake each other: they carry the requester's tag;
+* a control FSM for MODIFY / INVALIDATE / FLUSH that stops accepting requests, waits until the
+  pipeline and the MSHR are empty, then owns the tags, the data memory and the AXI write channel,
+  so software's changes and the engine's updates are strictly ordered.
+
+Replacement: first invalid way of the set, else tree pseudo-LRU (``ways - 1`` bits per set).
+The model is :class:`rnic.model.qpc.QpcCacheModel`; ``docs/qp-context.md`` has the full contract.
+"""
+
+from amaranth import Array, Cat, Const, Module, Mux, Signal, unsigned
+from amaranth.lib import data, enum, stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+from amaranth.utils import ceil_log2
+
+from ..model import qpc as _model
+from ..model.qpc import (ARG_WIDTH, COUNTER_NAMES, COUNTER_WIDTH, MUTABLE_BYTES, QPC_FIELDS, QPN_WIDTH,
+                         RECORD_BITS, RECORD_BYTES, QpcCacheConfig)
+from .bus import AXI4Signature
+
+__all__ = ["Op", "CtrlOp", "Status", "QpState", "record_layout", "request_layout", "response_layout",
+           "ctrl_layout", "ack_layout", "counters_layout", "QpCache", "QpcCacheConfig"]
+
+
+class Op(enum.Enum, shape=3):
+    LOOKUP = _model.Op.LOOKUP
+    SET_PSN = _model.Op.SET_PSN
+    ADD_PSN = _model.Op.ADD_PSN
+    SET_SQ_CI = _model.Op.SET_SQ_CI
+    SET_ERROR = _model.Op.SET_ERROR
+    SET_EPSN = _model.Op.SET_EPSN
+    SET_SQ_PI = _model.Op.SET_SQ_PI
+    SET_RETRY = _model.Op.SET_RETRY
+
+
+class CtrlOp(enum.Enum, shape=2):
+    MODIFY = _model.CtrlOp.MODIFY
+    INVALIDATE = _model.CtrlOp.INVALIDATE
+    FLUSH = _model.CtrlOp.FLUSH
+
+
+class Status(enum.Enum, shape=2):
+    OK = _model.Status.OK
+    BAD_QPN = _model.Status.BAD_QPN
+    BUS_ERROR = _model.Status.BUS_ERROR
+
+
+class QpState(enum.Enum, shape=4):
+    RESET = _model.QpState.RESET
+    INIT = _model.QpState.INIT
+    RTR = _model.QpState.RTR
+    RTS = _model.QpState.RTS
+    SQD = _model.QpState.SQD
+    SQE = _model.QpState.SQE
+    ERROR = _model.QpState.ERROR
+
+
+#: The 1024-bit record with named fields at the offsets of :data:`rnic.model.qpc.QPC_FIELDS`.
+record_layout = data.FlexibleLayout(RECORD_BITS, {
+    name: data.Field(QpState if name == "state" else unsigned(width), offset)
+    for name, offset, width in QPC_FIELDS
+})
+
+
+def request_layout(cfg):
+    """Engine request: ``op`` (:class:`Op`), ``qpn``, requester ``tag``, ``arg`` (the new value)."""
+    return data.StructLayout({"op": Op, "qpn": QPN_WIDTH, "tag": cfg.tag_width, "arg": ARG_WIDTH})
+
+
+def response_layout(cfg):
+    """Response: ``status``, the request's ``tag`` and ``qpn``, and the record after the update
+    (``record`` is meaningful only when ``status`` is OK)."""
+    return data.StructLayout({"status": Status, "tag": cfg.tag_width, "qpn": QPN_WIDTH,
+                              "record": record_layout})
+
+
+ctrl_layout = data.StructLayout({"op": CtrlOp, "qpn": QPN_WIDTH, "record": record_layout})
+ack_layout = data.StructLayout({"status": Status})
+counters_layout = data.StructLayout({name: COUNTER_WIDTH for name in COUNTER_NAMES})
+
+_BEATS = RECORD_BYTES // 8          # 64-bit AXI data: 16 beats per record
+_WB_BEATS = MUTABLE_BYTES // 8      # 2 beats of write-back
+_REC_SHIFT = ceil_log2(RECORD_BYTES)
+
+
+def _plru_victim(bits, ways):
+    """One-hot victim of a tree-PLRU state (see :func:`rnic.model.qpc.plru_victim`)."""
+    onehot = []
+    for w in range(ways):
+        cond, node, lo, hi = Const(1), 1, 0, ways
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            right = w >= mid
+            cond = cond & (bits[node - 1] == int(right))
+            node, lo, hi = (2 * node + 1, mid, hi) if right else (2 * node, lo, mid)
+        onehot.append(cond)
+    return Cat(*onehot)
+
+
+def _plru_touch(bits, ways, way):
+    """Tree-PLRU state after an access to (runtime) ``way``."""
+    new = []
+    for n in range(1, ways):
+        # node n covers leaves [lo, hi): find them from the heap index
+        depth = n.bit_length() - 1
+        span = ways >> depth
+        lo = (n - (1 << depth)) * span
+        hi, mid = lo + span, lo + span // 2
+        on_path = (way >= lo) & (way < hi)
+        new.append(Mux(on_path, way < mid, bits[n - 1]))
+    return Cat(*new)
+
+
+class QpCache(wiring.Component):
+    """QP context cache with an AXI4 master to the host-memory table.
+
+    Parameters
+    ----------
+    cfg : :class:`rnic.model.qpc.QpcCacheConfig`
+        ``entries``, ``ways`` (1 = direct mapped, ``entries`` = fully associative), ``tag_width``.
+
+    Members
+    -------
+    req : ``In(stream.Signature(request_layout(cfg)))``
+        Engine lookups and updates. One is accepted per clock while they hit.
+    resp : ``Out(stream.Signature(response_layout(cfg)))``
+        One response per request, in order of completion (a hit can overtake an outstanding miss).
+    ctrl : ``In(stream.Signature(ctrl_layout))``
+        Control operations. The payload is used while the operation runs; the request transfers
+        (``ready``) in the same cycle as its acknowledgement.
+    ack : ``Out(stream.Signature(ack_layout))``
+        One acknowledgement per control operation, after it has taken effect in host memory.
+    qpc_base : ``In(64)``
+        Bus address of the table (128-byte aligned; the low 7 bits are ignored).
+    table_size : ``In(25)``
+        Number of QPs in the table; a QPN at or above it gets ``BAD_QPN``. Change only after FLUSH.
+    m_axi : ``Out(AXI4Signature(addr_width=64, data_width=64, id_width=4))``
+        Host memory. One read and one write burst outstanding at most; ID 0.
+    counters : ``Out(counters_layout)``
+        Free-running 32-bit counters: lookups, hits, misses, evictions, writebacks, errors.
+    """
+
+    def __init__(self, cfg: QpcCacheConfig = QpcCacheConfig()):
+        if not isinstance(cfg, QpcCacheConfig):
+            raise TypeError(f"cfg must be a QpcCacheConfig, not {cfg!r}")
+        self.cfg = cfg
+        super().__init__({
+            "req": In(stream.Signature(request_layout(cfg))),
+            "resp": Out(stream.Signature(response_layout(cfg))),
+            "ctrl": In(stream.Signature(ctrl_layout)),
+            "ack": Out(stream.Signature(ack_layout)),
+            "qpc_base": In(64),
+            "table_size": In(QPN_WIDTH + 1),
+            "m_axi": Out(AXI4Signature(addr_width=64, data_width=64, id_width=4)),
+            "counters": Out(counters_layout),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.cfg
+        E, W, S = cfg.entries, cfg.ways, cfg.sets
+        way_bits, set_bits = ceil_log2(W), ceil_log2(S)
+        idx_bits = max(ceil_log2(E), 1)
+        axi = self.m_axi
+
+        def rec_addr(qpn):
+            base = Cat(Const(0, _REC_SHIFT), self.qpc_base[_REC_SHIFT:])
+            return (base + (qpn << _REC_SHIFT))[:64]
+
+        def set_of(qpn):
+            return qpn[:set_bits] if set_bits else Const(0, 1)
+
+        def entry(set_, way):
+            return Cat(way[:way_bits] if way_bits else Const(0, 0), set_[:set_bits] if set_bits else Const(0, 0))
+
+        # ---- storage ------------------------------------------------------------------------
+        m.submodules.data_mem = data_mem = Memory(shape=unsigned(RECORD_BITS), depth=E, init=[])
+        wp = data_mem.write_port()
+        rp = data_mem.read_port()            # not transparent: see fwd_rec
+
+        tags = [Signal(QPN_WIDTH, name=f"tag{i}") for i in range(E)]
+        valid = [Signal(name=f"valid{i}") for i in range(E)]
+        dirty = [Signal(name=f"dirty{i}") for i in range(E)]
+        tag_a, valid_a, dirty_a = Array(tags), Array(valid), Array(dirty)
+        plru_w = max(W - 1, 1)
+        plru = Array(Signal(plru_w, name=f"plru{s}") for s in range(S))
+
+        # per-way views indexed by set
+        way_tag = [Array(tags[s * W + w] for s in range(S)) for w in range(W)]
+        way_valid = [Array(valid[s * W + w] for s in range(S)) for w in range(W)]
+
+        cnt = Signal(counters_layout)
+        m.d.comb += self.counters.eq(cnt)
+
+        def count(name):
+            return getattr(cnt, name).eq(getattr(cnt, name) + 1)
+
+        # ---- pipeline registers -----------------------------------------------------------
+        s1_valid = Signal()
+        s1_req = Signal(request_layout(cfg))
+        s2_valid = Signal()
+        s2_from_fill = Signal()
+        s2_fwd = Signal()            # s2's record comes from fwd_rec, not from the read port
+        fwd_rec = Signal(RECORD_BITS)  # last record written (or the fill): forwarding source
+        s2_status = Signal(Status)
+        s2_req = Signal(request_layout(cfg))
+        s2_idx = Signal(idx_bits)
+
+        # ---- MSHR -----------------------------------------------------------------------
+        mshr_busy = Signal()
+        mshr_req = Signal(request_layout(cfg))
+        mshr_idx = Signal(idx_bits)
+        mshr_victim_valid = Signal()
+        mshr_captured = Signal()
+        mshr_rd = Signal()           # the clock after allocation: the read port reads the victim
+        mshr_cap = Signal()          # the clock after that: capture its mutable bytes
+        mshr_wb_need = Signal()
+        mshr_wb_done = Signal()
+        mshr_r_done = Signal()
+        mshr_err = Signal()          # fetch or write-back failed
+        mshr_wb_err = Signal()
+        fill_buf = Signal(RECORD_BITS)
+
+        # ---- write engine (shared: MSHR write-back, control write-back and MODIFY) ----------
+        we_start = Signal()
+        we_from_ctrl = Signal()      # data from ctrl.payload.record, else from wb_buf
+        we_start_addr = Signal(64)
+        we_start_len = Signal(8)
+        we_busy = Signal()
+        we_src_ctrl = Signal()
+        we_beats_left = Signal(range(_BEATS + 1))
+        we_beat = Signal(range(_BEATS))
+        we_b_seen = Signal()
+        we_done = Signal()           # pulse: B received
+        we_err = Signal()            # valid with we_done
+        wb_buf = Signal(MUTABLE_BYTES * 8)
+
+        # ---- control FSM ownership --------------------------------------------------------
+        ctrl_block = Signal()        # stop accepting requests
+        ctrl_rd = Signal()           # control reads entry c_idx this cycle
+        c_idx = Signal(idx_bits)     # entry being written back by control
+
+        def compare(qpn, name):
+            set_ = set_of(qpn)
+            vec = Cat(*[way_valid[w][set_] & (way_tag[w][set_] == qpn) for w in range(W)])
+            way = Signal(max(way_bits, 1), name=f"{name}_way")
+            for w in range(W):
+                with m.If(vec[w]):
+                    m.d.comb += way.eq(w)
+            return vec.any(), way, entry(set_, way)
+
+        # ===== s0: compare the incoming request, so that s1 addresses the memory from a register
+        s0_hit, _, s0_idx = compare(self.req.payload.qpn, "s0_hit")
+        s1_hit_r = Signal()
+        s1_idx_r = Signal(idx_bits)
+
+        # ===== s1: tag compare (again: the tags may have changed since s0) =====================
+        cmp_qpn = Mux(s1_valid, s1_req.qpn, self.ctrl.payload.qpn)
+        cmp_set = set_of(cmp_qpn)
+        hit, hit_way, hit_idx = compare(cmp_qpn, "s1_hit")
+        bad_qpn = cmp_qpn >= self.table_size
+        s1_stale = hit & (~s1_hit_r | (s1_idx_r != hit_idx))
+
+        inv_vec = Cat(*[~way_valid[w][cmp_set] for w in range(W)])
+        victim_way = Signal(max(way_bits, 1))
+        if W > 1:
+            pv = _plru_victim(plru[cmp_set], W)
+            for w in range(W):
+                with m.If(pv[w]):
+                    m.d.comb += victim_way.eq(w)
+        for w in reversed(range(W)):                 # first invalid way wins
+            with m.If(inv_vec[w]):
+                m.d.comb += victim_way.eq(w)
+        victim_idx = entry(cmp_set, victim_way)
+        victim_valid = ~inv_vec.bit_select(victim_way, 1) if W > 1 else ~inv_vec[0]
+
+        mshr_load = Signal()
+        s2_advance = s2_valid & self.resp.ready
+        s2_free = ~s2_valid | self.resp.ready
+        s1_can_go = (bad_qpn | (hit & ~s1_stale) | (~hit & ~mshr_busy)) & ~mshr_rd
+        s1_advance = s1_valid & s1_can_go & s2_free & ~mshr_load
+        s1_miss = ~bad_qpn & ~hit
+
+        m.d.comb += self.req.ready.eq(~ctrl_block & (~s1_valid | s1_advance))
+        with m.If(self.req.valid & self.req.ready):
+            m.d.sync += [s1_valid.eq(1), s1_req.eq(self.req.payload), count("lookups"),
+                         s1_hit_r.eq(s0_hit), s1_idx_r.eq(s0_idx)]
+        with m.Elif(s1_advance):
+            m.d.sync += s1_valid.eq(0)
+        with m.Else():                  # waiting: refresh the registered compare
+            m.d.sync += [s1_hit_r.eq(hit), s1_idx_r.eq(hit_idx)]
+
+        # The read port address comes from the tag compare, or from a register (victim read by
+        # the MSHR, control read); it reads whenever s2 can take new data, and holds while s2 stalls.
+        m.d.comb += [
+            rp.addr.eq(Mux(mshr_rd | ctrl_rd, Mux(mshr_rd, mshr_idx, c_idx), s1_idx_r)),
+            rp.en.eq(s2_free),
+        ]
+        s2_writes = Signal()         # s2 writes its record to the data memory at this edge
+
+        with m.If(s1_advance):
+            m.d.sync += [
+                s2_valid.eq(~s1_miss), s2_req.eq(s1_req), s2_from_fill.eq(0),
+                s2_status.eq(Mux(bad_qpn, Status.BAD_QPN, Status.OK)),
+                s2_idx.eq(s1_idx_r),
+                # the read port does not see a write at the same edge: forward it
+                s2_fwd.eq(s2_writes & (s2_idx == s1_idx_r)),
+            ]
+            with m.If(bad_qpn):
+                m.d.sync += count("errors")
+            with m.Elif(hit):
+                m.d.sync += count("hits")
+                if W > 1:
+                    m.d.sync += plru[cmp_set].eq(_plru_touch(plru[cmp_set], W, hit_way))
+            with m.Else():                            # allocate the MSHR, hide the victim
+                m.d.sync += [
+                    count("misses"),
+                    mshr_busy.eq(1), mshr_req.eq(s1_req), mshr_idx.eq(victim_idx),
+                    mshr_victim_valid.eq(victim_valid), mshr_captured.eq(0), mshr_wb_need.eq(0),
+                    mshr_rd.eq(1),
+                    mshr_wb_done.eq(0), mshr_r_done.eq(0), mshr_err.eq(0), mshr_wb_err.eq(0),
+                    valid_a[victim_idx].eq(0),
+                    axi.araddr.eq(rec_addr(s1_req.qpn)), axi.arvalid.eq(1),
+                ]
+        with m.Elif(s2_advance):
+            m.d.sync += s2_valid.eq(0)
+
+        # ===== s2: update, write, respond ====================================================
+        s2_data = Mux(s2_fwd, fwd_rec, rp.data)
+        rec = Signal(record_layout)
+        m.d.comb += rec.eq(s2_data)
+        arg = s2_req.arg
+        with m.Switch(s2_req.op):
+            with m.Case(Op.SET_PSN):
+                m.d.comb += rec.next_psn.eq(arg)
+            with m.Case(Op.ADD_PSN):
+                m.d.comb += rec.next_psn.eq((s2_data[8:32] + arg)[:24])
+            with m.Case(Op.SET_SQ_CI):
+                m.d.comb += rec.sq_ci.eq(arg[:16])
+            with m.Case(Op.SET_ERROR):
+                m.d.comb += rec.state.eq(QpState.ERROR)
+            with m.Case(Op.SET_EPSN):
+                m.d.comb += rec.epsn.eq(arg)
+            with m.Case(Op.SET_SQ_PI):
+                m.d.comb += rec.sq_pi.eq(arg[:16])
+            with m.Case(Op.SET_RETRY):
+                m.d.comb += [rec.retry_cnt.eq(arg[0:3]), rec.rnr_retry_cnt.eq(arg[4:7])]
+
+        is_update = s2_req.op != Op.LOOKUP
+        s2_ok = s2_status == Status.OK
+        m.d.comb += [
+            s2_writes.eq(s2_advance & s2_ok & (is_update | s2_from_fill)),
+            self.resp.valid.eq(s2_valid),
+            self.resp.payload.status.eq(s2_status),
+            self.resp.payload.tag.eq(s2_req.tag),
+            self.resp.payload.qpn.eq(s2_req.qpn),
+            self.resp.payload.record.eq(rec),
+            wp.addr.eq(s2_idx),
+            wp.data.eq(rec),
+            wp.en.eq(s2_writes),
+        ]
+        with m.If(s2_advance & s2_ok & is_update):
+            m.d.sync += dirty_a[s2_idx].eq(1)
+        with m.If(mshr_load):
+            m.d.sync += fwd_rec.eq(fill_buf)
+        with m.Elif(s2_writes):
+            m.d.sync += fwd_rec.eq(rec)
+
+        # after allocation: one clock to read the victim (s1 waits), one to capture its mutable
+        # bytes and dirty bit (nothing can write the hidden victim meanwhile)
+        with m.If(mshr_rd):
+            m.d.sync += [mshr_rd.eq(0), mshr_cap.eq(1)]
+        with m.If(mshr_cap):
+            m.d.sync += [
+                mshr_cap.eq(0), mshr_captured.eq(1),
+                mshr_wb_need.eq(mshr_victim_valid & dirty_a[mshr_idx]),
+                wb_buf.eq(rp.data[:MUTABLE_BYTES * 8]),
+            ]
+            with m.If(mshr_victim_valid & dirty_a[mshr_idx]):
+                m.d.sync += count("writebacks")
+                m.d.comb += [
+                    we_start.eq(1), we_from_ctrl.eq(0), we_start_len.eq(_WB_BEATS - 1),
+                    we_start_addr.eq(rec_addr(tag_a[mshr_idx])),
+                ]
+
+        # ===== MSHR: fetch, write-back, install ==============================================
+        with m.If(axi.arvalid & axi.arready):
+            m.d.sync += axi.arvalid.eq(0)
+        m.d.comb += [
+            axi.arlen.eq(_BEATS - 1), axi.arsize.eq(3), axi.arburst.eq(1), axi.arid.eq(0),
+            axi.rready.eq(mshr_busy & ~mshr_r_done),
+        ]
+        with m.If(axi.rvalid & axi.rready):
+            m.d.sync += fill_buf.eq(Cat(fill_buf[64:], axi.rdata))
+            with m.If(axi.rresp != 0):
+                m.d.sync += mshr_err.eq(1)
+            with m.If(axi.rlast):
+                m.d.sync += mshr_r_done.eq(1)
+        with m.If(mshr_busy & we_done):
+            m.d.sync += mshr_wb_done.eq(1)
+            with m.If(we_err):
+                m.d.sync += [mshr_err.eq(1), mshr_wb_err.eq(1)]
+
+        m.d.comb += mshr_load.eq(mshr_busy & mshr_r_done & mshr_captured &
+                                 (~mshr_wb_need | mshr_wb_done) & s2_free)
+        mshr_set = mshr_idx[way_bits:] if set_bits else Const(0, 1)
+        mshr_way = mshr_idx[:way_bits] if way_bits else Const(0, 1)
+        with m.If(mshr_load):
+            m.d.sync += [
+                mshr_busy.eq(0),
+                s2_valid.eq(1), s2_from_fill.eq(1), s2_fwd.eq(1), s2_req.eq(mshr_req),
+                s2_idx.eq(mshr_idx), s2_status.eq(Mux(mshr_err, Status.BUS_ERROR, Status.OK)),
+            ]
+            with m.If(mshr_err):
+                # restore the victim; it stays dirty only if its write-back failed
+                m.d.sync += [count("errors"), valid_a[mshr_idx].eq(mshr_victim_valid)]
+                with m.If(mshr_wb_need & ~mshr_wb_err):
+                    m.d.sync += dirty_a[mshr_idx].eq(0)
+            with m.Else():
+                m.d.sync += [
+                    valid_a[mshr_idx].eq(1), tag_a[mshr_idx].eq(mshr_req.qpn), dirty_a[mshr_idx].eq(0),
+                ]
+                if W > 1:
+                    m.d.sync += plru[mshr_set].eq(_plru_touch(plru[mshr_set], W, mshr_way))
+                with m.If(mshr_victim_valid):
+                    m.d.sync += count("evictions")
+
+        # ===== write engine ====================================================================
+        beats = Array(self.ctrl.payload.record.as_value()[64 * i:64 * (i + 1)] for i in range(_BEATS))
+        wb_beats = Array(wb_buf[64 * i:64 * (i + 1)] for i in range(_WB_BEATS))
+        m.d.comb += [
+            axi.awsize.eq(3), axi.awburst.eq(1), axi.awid.eq(0),
+            axi.wdata.eq(Mux(we_src_ctrl, beats[we_beat], wb_beats[we_beat[:1]])),
+            axi.wstrb.eq(0xFF),
+            axi.wlast.eq(we_beats_left == 1),
+            axi.wvalid.eq(we_busy & (we_beats_left != 0)),
+            axi.bready.eq(we_busy & ~we_b_seen),
+        ]
+        with m.If(we_start):
+            m.d.sync += [
+                we_busy.eq(1), we_src_ctrl.eq(we_from_ctrl), we_beats_left.eq(we_start_len + 1),
+                we_beat.eq(0), we_b_seen.eq(0),
+                axi.awaddr.eq(we_start_addr), axi.awlen.eq(we_start_len), axi.awvalid.eq(1),
+            ]
+        with m.If(axi.awvalid & axi.awready):
+            m.d.sync += axi.awvalid.eq(0)
+        with m.If(axi.wvalid & axi.wready):
+            m.d.sync += [we_beats_left.eq(we_beats_left - 1), we_beat.eq(we_beat + 1)]
+        with m.If(axi.bvalid & axi.bready):
+            m.d.sync += [we_busy.eq(0), we_b_seen.eq(1)]
+            m.d.comb += [we_done.eq(1), we_err.eq(axi.bresp != 0)]
+
+        # ===== control FSM ======================================================================
+        c_op = self.ctrl.payload.op
+        c_status = Signal(Status)
+        c_cnt = Signal(range(E + 1))     # flush position
+        drained = ~s1_valid & ~s2_valid & ~mshr_busy & ~we_busy
+
+        with m.FSM(name="ctrl_fsm"):
+            with m.State("Idle"):
+                with m.If(self.ctrl.valid):
+                    m.d.comb += ctrl_block.eq(1)
+                    m.d.sync += [c_status.eq(Status.OK), c_cnt.eq(0)]
+                    m.next = "Drain"
+            with m.State("Drain"):
+                m.d.comb += ctrl_block.eq(1)
+                with m.If(drained):
+                    with m.If((c_op != CtrlOp.FLUSH) & bad_qpn):
+                        m.d.sync += c_status.eq(Status.BAD_QPN)
+                        m.next = "Ack"
+                    with m.Elif(c_op == CtrlOp.MODIFY):
+                        with m.If(hit):
+                            m.d.sync += [valid_a[hit_idx].eq(0), dirty_a[hit_idx].eq(0)]
+                        m.d.comb += [
+                            we_start.eq(1), we_from_ctrl.eq(1), we_start_len.eq(_BEATS - 1),
+                            we_start_addr.eq(rec_addr(self.ctrl.payload.qpn)),
+                        ]
+                        m.next = "Write"
+                    with m.Elif(c_op == CtrlOp.INVALIDATE):
+                        with m.If(hit & dirty_a[hit_idx]):
+                            m.d.sync += c_idx.eq(hit_idx)
+                            m.next = "Read-Addr"
+                        with m.Else():
+                            with m.If(hit):
+                                m.d.sync += valid_a[hit_idx].eq(0)
+                            m.next = "Ack"
+                    with m.Else():
+                        m.next = "Flush-Scan"
+            with m.State("Flush-Scan"):
+                m.d.comb += ctrl_block.eq(1)
+                with m.If(c_cnt == E):
+                    m.next = "Ack"
+                with m.Elif(valid_a[c_cnt[:idx_bits]] & dirty_a[c_cnt[:idx_bits]]):
+                    m.d.sync += [c_idx.eq(c_cnt), c_cnt.eq(c_cnt + 1)]
+                    m.next = "Read-Addr"
+                with m.Else():
+                    m.d.sync += [valid_a[c_cnt[:idx_bits]].eq(0), c_cnt.eq(c_cnt + 1)]
+            with m.State("Read-Addr"):
+                m.d.comb += [ctrl_block.eq(1), ctrl_rd.eq(1)]
+                m.next = "Read-Entry"
+            with m.State("Read-Entry"):
+                m.d.comb += ctrl_block.eq(1)
+                m.d.sync += [wb_buf.eq(rp.data[:MUTABLE_BYTES * 8]), count("writebacks")]
+                m.d.comb += [
+                    we_start.eq(1), we_from_ctrl.eq(0), we_start_len.eq(_WB_BEATS - 1),
+                    we_start_addr.eq(rec_addr(tag_a[c_idx])),
+                ]
+                m.next = "Write-Back"
+            with m.State("Write-Back"):
+                m.d.comb += ctrl_block.eq(1)
+                with m.If(we_done):
+                    with m.If(we_err):
+                        m.d.sync += c_status.eq(Status.BUS_ERROR)
+                    with m.Else():
+                        m.d.sync += [valid_a[c_idx].eq(0), dirty_a[c_idx].eq(0)]
+                    with m.If(c_op == CtrlOp.FLUSH):
+                        m.next = "Flush-Scan"
+                    with m.Else():
+                        m.next = "Ack"
+            with m.State("Write"):
+                m.d.comb += ctrl_block.eq(1)
+                with m.If(we_done):
+                    with m.If(we_err):
+                        m.d.sync += c_status.eq(Status.BUS_ERROR)
+                    m.next = "Ack"
+            with m.State("Ack"):
+                m.d.comb += [ctrl_block.eq(1), self.ack.valid.eq(1), self.ack.payload.status.eq(c_status)]
+                with m.If(self.ack.ready):
+                    m.d.comb += self.ctrl.ready.eq(1)
+                    with m.If(c_status != Status.OK):
+                        m.d.sync += count("errors")
+                    m.next = "Idle"
+
+        return m

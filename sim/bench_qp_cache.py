@@ -1,0 +1,100 @@
+"""Benchmark of the QP context cache: lookups per clock, hit and miss latency, ECP5 size and Fmax.
+
+    python -m rnic.sim.bench_qp_cache [--entries 16] [--ways 4] [--seed N] [--synth] [--json out.json]
+
+The measurements run on Verilator through the ``bench`` cocotb test of ``cocotb_tests/test_qp_cache.py``
+(same harness as the tests: AxiRam host memory with a fixed latency, the request source always valid
+and the response sink always ready):
+
+* 100 % hits: 2000 back-to-back lookups of QPs that are all cached;
+* hit latency: clocks from the request transfer to the response's ``valid``;
+* miss latency for an isolated miss with a 1-clock and a 200-clock memory;
+* 50 % hits with a 200-clock memory: lookups alternate between cached QPs and QPs never seen before.
+
+``--synth`` adds out-of-context ECP5-25F synthesis (``rnic.fpga.synth``) at 16 and 64 entries.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+__all__ = ["measure", "synth", "main"]
+
+_TESTS = Path(__file__).resolve().parents[1] / "cocotb_tests"
+
+
+def _test_module():
+    if str(_TESTS) not in sys.path:
+        sys.path.insert(0, str(_TESTS))
+    import test_qp_cache
+    return test_qp_cache
+
+
+def measure(entries=16, ways=4, seed=1) -> dict:
+    """Run the ``bench`` cocotb test on a ``entries``/``ways`` build; return its measurements."""
+    from rnic.model.qpc import QpcCacheConfig
+    t = _test_module()
+    key = f"qpc-e{entries}-w{ways}"
+    t.CONFIGS.setdefault(key, QpcCacheConfig(entries, ways))
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "bench.json"
+        tests, fails = t.run_config(key, {"QPC_BENCH": str(out)}, testcase="bench", seed=seed)
+        if fails or not out.exists():
+            raise RuntimeError(f"benchmark simulation failed ({fails} of {tests})")
+        return json.loads(out.read_text())
+
+
+def synth(entries_list=(16, 64), ways=4, device="ecp5-25f", target_mhz=156.25) -> list[dict]:
+    from rnic.fpga.synth import synthesize
+    from rnic.hdl.qp_cache import QpCache
+    from rnic.model.qpc import QpcCacheConfig
+    out = []
+    for e in entries_list:
+        cfg = QpcCacheConfig(e, min(ways, e))
+        name = f"qp_cache-e{e}-w{cfg.ways}"
+        r = synthesize(lambda: QpCache(cfg), name, device=device, target_mhz=target_mhz)
+        r.pop("utilisation", None)
+        r["entries"], r["ways"] = e, cfg.ways
+        out.append(r)
+    return out
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--entries", type=int, default=16)
+    p.add_argument("--ways", type=int, default=4)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--synth", action="store_true", help="also synthesize for ECP5-25F at 16 and 64 entries")
+    p.add_argument("--synth-entries", type=int, nargs="+", default=[16, 64])
+    p.add_argument("--no-sim", action="store_true", help="skip the simulation measurements")
+    p.add_argument("--json", type=Path, help="write all results here")
+    a = p.parse_args(argv)
+    results = {}
+    if not a.no_sim:
+        r = measure(a.entries, a.ways, a.seed)
+        results["sim"] = r
+        print(f"QP context cache, {a.entries} entries, {a.ways}-way")
+        print(f"  100% hits:                 {r['hit100_lookups_per_clock']:.3f} lookups/clock")
+        print(f"  hit latency:               {r['hit_latency_clocks']} clocks (request transfer -> response valid)")
+        print(f"  miss latency, 1-clk mem:   {r['miss_latency_clocks_mem1']} clocks")
+        print(f"  miss latency, 200-clk mem: {r['miss_latency_clocks_mem200']} clocks")
+        print(f"  50% hits, 200-clk memory:  {r['hit50_mem200_lookups_per_clock']:.4f} lookups/clock "
+              f"(measured hit ratio {r['hit50_mem200_hit_ratio']:.2f})")
+    if a.synth:
+        results["synth"] = synth(a.synth_entries, a.ways)
+        for r in results["synth"]:
+            own_ff = r.get("ff", 0) - r.get("wrapper_ff", 0)
+            print(f"  ECP5-25F {r['entries']} entries {r['ways']}-way: LUT4 {r.get('lut4')}  FF {r.get('ff')} "
+                  f"(block {own_ff}, port wrapper {r.get('wrapper_ff')})  DP16KD {r.get('bram')}  "
+                  f"Fmax {r.get('fmax_mhz')} MHz  fits={r.get('fits')} timing_met@{r['target_mhz']}={r.get('timing_met')}")
+    if a.json:
+        a.json.write_text(json.dumps(results, indent=1))
+    return results
+
+
+if __name__ == "__main__":
+    main()
