@@ -1,0 +1,684 @@
+"""Golden model of the DMA descriptor engine: doorbells -> WQEs -> packets -> completions.
+
+:class:`EngineModel` is given a :class:`HostMemory` and register writes (configuration, doorbells,
+CQ consumer indices) exactly as software issues them over AXI4-Lite, and :meth:`EngineModel.run`
+processes until the engine is idle. Observable results:
+
+* :attr:`EngineModel.packets`: the ordered :class:`TxPacket` list (normalized :class:`PacketDesc`
+  plus payload; :meth:`TxPacket.frame` is the wire frame);
+* :attr:`EngineModel.cqes`: every CQE written, in order, with its CQ and slot;
+* host memory: CQ rings, CQ contexts (producer index, state), QP contexts (``next_psn``,
+  ``sq_ci``, ``sq_pi``, ``state``; the coherent view, i.e. after a QP-context-cache FLUSH);
+* registers: ERR_STATUS / ERR_QPN / ERR_INFO, INT_STATUS, counters;
+* :attr:`EngineModel.irq_events`: completion and error interrupt events.
+
+Rules (docs/engine.md has them in full): doorbells are handled when written; the scheduler serves
+QPs round robin in the order they became ready, up to SCHED_QUOTA steps per turn (a step is one
+packet, or one WQE completed without a packet); an error completes the WQE with an error CQE,
+moves the QP to ERROR, and its later WQEs are flushed with WR_FLUSH_ERR.
+"""
+
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass
+
+from .descriptor import LinkMode, PacketDesc
+from .frames import build_frame, normalize_desc
+from .opcodes import Opcode
+from .qpc import MUTABLE_BYTES, RECORD_BYTES, BusError, PathMtu, QpContext, QpState, ServiceType
+from .regs import COUNTER_NAMES, REG, SGID_BASE, SGID_ENTRIES, SGID_STRIDE, ErrBit, IntBit, RegisterFile
+from .wqe import (CQ_RECORD_BYTES, CQE_BYTES, MAX_MESSAGE, WQE_BYTES, Cqe, CqContext, CqeStatus, CqState, Wqe,
+                  WqeFlags, WqeOpcode, inline_capacity)
+
+__all__ = ["HostMemory", "ERROR_ALIGN", "PAGE", "split_bursts", "SgidEntry", "EngineConfig", "TxPacket",
+           "CqeWrite", "IrqEvent", "EngineModel", "Driver", "bth_opcode", "PSN_MASK", "MAX_LOG_RING"]
+
+PAGE = 4096
+ERROR_ALIGN = 64            # injected bus-error ranges are aligned to the widest data bus (bytes)
+PSN_MASK = (1 << 24) - 1
+MAX_LOG_RING = 15           # SQ and CQ rings hold at most 2**15 entries (16-bit indices)
+
+
+class HostMemory:
+    """Sparse byte-addressable host memory (4 KiB pages, zero when untouched) with injected AXI errors.
+
+    ``add_read_error`` / ``add_write_error`` make every access that touches ``[lo, hi)`` fail with
+    :class:`rnic.model.qpc.BusError` (``resp`` 2 SLVERR or 3 DECERR); a failed write changes nothing.
+    Ranges are :data:`ERROR_ALIGN`-aligned so that any bus width sees the same failures.
+    ``peek``/``poke`` are the error-free backdoor.
+    """
+
+    def __init__(self):
+        self.pages: dict[int, bytearray] = {}
+        self.read_errors: list[tuple[int, int, int]] = []
+        self.write_errors: list[tuple[int, int, int]] = []
+
+    @staticmethod
+    def _range(lo, hi, resp):
+        if lo % ERROR_ALIGN or hi % ERROR_ALIGN or hi <= lo:
+            raise ValueError(f"error range [0x{lo:x}, 0x{hi:x}) must be non-empty and {ERROR_ALIGN}-byte aligned")
+        if resp not in (2, 3):
+            raise ValueError(f"resp must be 2 (SLVERR) or 3 (DECERR), not {resp!r}")
+        return lo, hi, resp
+
+    def add_read_error(self, lo: int, hi: int, resp: int = 2) -> None:
+        self.read_errors.append(self._range(lo, hi, resp))
+
+    def add_write_error(self, lo: int, hi: int, resp: int = 2) -> None:
+        self.write_errors.append(self._range(lo, hi, resp))
+
+    @staticmethod
+    def _check(errors, addr, n):
+        for lo, hi, resp in errors:
+            if addr < hi and lo < addr + max(n, 1):
+                raise BusError(resp)
+
+    def peek(self, addr: int, n: int) -> bytes:
+        out = bytearray()
+        while n > 0:
+            page, off = divmod(addr, PAGE)
+            take = min(n, PAGE - off)
+            data = self.pages.get(page)
+            out += data[off:off + take] if data is not None else bytes(take)
+            addr, n = addr + take, n - take
+        return bytes(out)
+
+    def poke(self, addr: int, data: bytes) -> None:
+        data = memoryview(bytes(data))
+        while data:
+            page, off = divmod(addr, PAGE)
+            take = min(len(data), PAGE - off)
+            self.pages.setdefault(page, bytearray(PAGE))[off:off + take] = data[:take]
+            addr, data = addr + take, data[take:]
+
+    def read(self, addr: int, n: int) -> bytes:
+        self._check(self.read_errors, addr, n)
+        return self.peek(addr, n)
+
+    def write(self, addr: int, data: bytes) -> None:
+        self._check(self.write_errors, addr, len(data))
+        self.poke(addr, data)
+
+
+def split_bursts(addr: int, nbytes: int, beat_bytes: int, max_beats: int = 256) -> list[tuple[int, int]]:
+    """The AXI INCR bursts ``(address, beats)`` that cover ``[addr, addr + nbytes)``: beat-aligned,
+    at most ``max_beats`` beats (0 or > 256 act as 256), never crossing a 4 KiB boundary."""
+    if beat_bytes < 1 or beat_bytes & (beat_bytes - 1):
+        raise ValueError(f"beat_bytes must be a power of two, not {beat_bytes!r}")
+    max_beats = 256 if not 1 <= max_beats <= 256 else max_beats
+    if nbytes <= 0:
+        return []
+    start = addr - addr % beat_bytes
+    end = addr + nbytes
+    out = []
+    while start < end:
+        to_page = (PAGE - start % PAGE) // beat_bytes
+        beats = min(max_beats, to_page, -(-(end - start) // beat_bytes))
+        out.append((start, beats))
+        start += beats * beat_bytes
+    return out
+
+
+@dataclass(frozen=True)
+class SgidEntry:
+    """One source address table entry (registers SGIDn_*): GID, MAC, optional VLAN ID."""
+
+    gid: int = 0
+    mac: int = 0
+    vlan_id: int = 0
+    vlan_present: bool = False
+
+
+@dataclass
+class EngineConfig:
+    """The configuration registers as one object; :meth:`writes` is the AXI4-Lite write sequence
+    that software (or a cocotb test) issues to apply it."""
+
+    qpc_base: int = 0
+    qpc_size: int = 0
+    cq_base: int = 0
+    cq_size: int = 0
+    quota: int = 16
+    max_burst: int = 256
+    bw_cap: int = 0
+    port_lid: int = 0
+    int_mod_count: int = 1
+    int_mod_timer: int = 0
+    int_enable: int = 0b11
+    sgids: tuple[SgidEntry, ...] = ()
+    enable: bool = True
+
+    def writes(self) -> list[tuple[int, int]]:
+        m32 = 0xFFFF_FFFF
+        regs = [("QPC_BASE_LO", self.qpc_base & m32), ("QPC_BASE_HI", self.qpc_base >> 32),
+                ("QPC_SIZE", self.qpc_size), ("CQ_BASE_LO", self.cq_base & m32), ("CQ_BASE_HI", self.cq_base >> 32),
+                ("CQ_SIZE", self.cq_size), ("SCHED_QUOTA", self.quota), ("AXI_MAX_BURST", self.max_burst),
+                ("AXI_BW_CAP", self.bw_cap), ("PORT_LID", self.port_lid), ("INT_MOD_COUNT", self.int_mod_count),
+                ("INT_MOD_TIMER", self.int_mod_timer), ("INT_ENABLE", self.int_enable)]
+        out = [(REG[n].offset, v) for n, v in regs]
+        for i, e in enumerate(self.sgids):
+            base = SGID_BASE + SGID_STRIDE * i
+            out += [(base + 4 * w, e.gid >> (32 * w) & m32) for w in range(4)]
+            out += [(base + 0x10, e.mac & m32), (base + 0x14, e.mac >> 32),
+                    (base + 0x18, e.vlan_id & 0xFFF | int(e.vlan_present) << 31)]
+        out.append((REG["CONTROL"].offset, int(self.enable)))
+        return out
+
+
+@dataclass
+class TxPacket:
+    """One emitted packet: the QP it belongs to, its (normalized) header descriptor and payload."""
+
+    qpn: int
+    desc: PacketDesc
+    payload: bytes
+
+    def frame(self) -> bytes:
+        return build_frame(self.desc, self.payload)
+
+
+@dataclass
+class CqeWrite:
+    """One CQE written to host memory: CQ, producer index it was written at, bus address, content."""
+
+    cqn: int
+    index: int
+    addr: int
+    cqe: Cqe
+
+
+@dataclass(frozen=True)
+class IrqEvent:
+    """An interrupt event: ``kind`` "cq" (cause "count" or "timer") or "err" (cause: the ErrBit name);
+    ``cqes`` is the number of CQEs written so far."""
+
+    kind: str
+    cause: str
+    cqes: int
+
+
+_BASE = {ServiceType.RC: 0x00, ServiceType.UC: 0x20, ServiceType.UD: 0x60}
+_SEND_OPS = {WqeOpcode.SEND, WqeOpcode.SEND_WITH_IMM}
+_WRITE_OPS = {WqeOpcode.RDMA_WRITE, WqeOpcode.RDMA_WRITE_WITH_IMM}
+_IMM_OPS = {WqeOpcode.SEND_WITH_IMM, WqeOpcode.RDMA_WRITE_WITH_IMM}
+_ALLOWED = {ServiceType.RC: _SEND_OPS | _WRITE_OPS | {WqeOpcode.RDMA_READ},
+            ServiceType.UC: _SEND_OPS | _WRITE_OPS, ServiceType.UD: _SEND_OPS}
+
+
+def bth_opcode(service: int, op: int, first: bool, last: bool) -> Opcode:
+    """The BTH opcode of one packet of a ``op`` message on a ``service`` QP."""
+    if op == WqeOpcode.RDMA_READ:
+        return Opcode.RC_RDMA_READ_REQUEST
+    low = 0x00 if op in _SEND_OPS else 0x06
+    imm = op in _IMM_OPS
+    if first and last:
+        low += 5 if imm else 4
+    elif first:
+        low += 0
+    elif last:
+        low += 3 if imm else 2
+    else:
+        low += 1
+    return Opcode(_BASE[ServiceType(service)] | low)
+
+
+@dataclass
+class _Entry:
+    """A QP in the scheduler: where its current message stands."""
+
+    qpn: int
+    wqe: Wqe | None = None
+    offset: int = 0
+
+
+def _valid(enum_cls, value) -> bool:
+    return value in {int(e) for e in enum_cls}
+
+
+class EngineModel:
+    """The descriptor engine in Python. Drive it with :meth:`write_reg` / :meth:`read_reg` (or the
+    :meth:`doorbell`, :meth:`set_cq_ci` shorthands) and :meth:`run`; read the results from
+    :attr:`packets`, :attr:`cqes`, :attr:`irq_events`, the registers and :attr:`mem`."""
+
+    def __init__(self, mem: HostMemory, config: EngineConfig | None = None):
+        self.mem = mem
+        self.regs = RegisterFile(on_write=self._action)
+        self.packets: list[TxPacket] = []
+        self.cqes: list[CqeWrite] = []
+        self.irq_events: list[IrqEvent] = []
+        self._sched: collections.deque[_Entry] = collections.deque()
+        self._queued: dict[int, _Entry] = {}
+        self._pending_cqes = 0
+        if config is not None:
+            for offset, value in config.writes():
+                self.write_reg(offset, value)
+
+    # --- software interface ------------------------------------------------------------------------
+
+    def write_reg(self, offset: int, value: int) -> None:
+        self.regs.write(offset, value)
+        self._refresh_status()
+
+    def read_reg(self, offset: int) -> int:
+        return self.regs.read(offset)
+
+    def reg(self, name: str) -> int:
+        return self.regs[name]
+
+    def doorbell(self, qpn: int, pi: int) -> None:
+        """Ring the send-queue doorbell of ``qpn`` (DB_QPN then DB_SQ_PI)."""
+        self.write_reg(REG["DB_QPN"].offset, qpn)
+        self.write_reg(REG["DB_SQ_PI"].offset, pi)
+
+    def set_cq_ci(self, cqn: int, ci: int) -> None:
+        self.write_reg(REG["CQ_DB_CQN"].offset, cqn)
+        self.write_reg(REG["CQ_DB_CI"].offset, ci)
+
+    def counters(self) -> dict[str, int]:
+        return {n: self.regs[n.upper()] for n in COUNTER_NAMES}
+
+    @property
+    def idle(self) -> bool:
+        return not self._sched
+
+    def run(self, max_turns: int | None = None) -> "EngineModel":
+        """Run scheduler turns until idle (or ``max_turns``); nothing happens while CONTROL.ENABLE is 0.
+        On reaching idle with unreported CQEs and INT_MOD_TIMER set, the timer event fires."""
+        turns = 0
+        while self.regs["CONTROL"] & 1 and self._sched and (max_turns is None or turns < max_turns):
+            self._turn()
+            turns += 1
+        if self.idle and self._pending_cqes and self.regs["INT_MOD_TIMER"]:
+            self._cq_event("timer")
+        self._refresh_status()
+        return self
+
+    # --- registers, errors, interrupts ------------------------------------------------------------
+
+    def _action(self, reg, value):
+        if reg.name == "DB_SQ_PI":
+            self._doorbell(self.regs["DB_QPN"], value)
+        elif reg.name == "CQ_DB_CI":
+            self._cq_ci(self.regs["CQ_DB_CQN"], value)
+
+    def _count(self, name: str, n: int = 1) -> None:
+        self.regs[name.upper()] = self.regs[name.upper()] + n
+
+    def _refresh_status(self):
+        irq = bool(self.regs["INT_STATUS"] & self.regs["INT_ENABLE"])
+        self.regs["STATUS"] = int(self.idle) | int(irq) << 1
+
+    def _error(self, bit: ErrBit, qpn: int, status: int = 0) -> None:
+        old = self.regs["ERR_STATUS"]
+        if not old:
+            self.regs["ERR_QPN"] = qpn
+            self.regs["ERR_INFO"] = int(bit) | int(status) << 8
+        if not old >> bit & 1:
+            self.regs["ERR_STATUS"] = old | 1 << bit
+            self.regs["INT_STATUS"] = self.regs["INT_STATUS"] | 1 << IntBit.ERR
+            self.irq_events.append(IrqEvent("err", bit.name, len(self.cqes)))
+
+    def _cq_event(self, cause: str) -> None:
+        self._pending_cqes = 0
+        self.regs["INT_STATUS"] = self.regs["INT_STATUS"] | 1 << IntBit.CQ
+        self._count("irq_count")
+        self.irq_events.append(IrqEvent("cq", cause, len(self.cqes)))
+
+    # --- contexts ------------------------------------------------------------------------------------
+
+    def _qpc_addr(self, qpn):
+        return (self.regs.u64("QPC_BASE_LO") & ~0x7F) + qpn * RECORD_BYTES
+
+    def _qpc_read(self, qpn) -> QpContext | None:
+        try:
+            return QpContext.unpack(self.mem.read(self._qpc_addr(qpn), RECORD_BYTES))
+        except BusError:
+            self._count("bus_errors")
+            self._error(ErrBit.BUS_QPC, qpn)
+            return None
+
+    def _qpc_write(self, qpn, ctx: QpContext) -> None:
+        self.mem.poke(self._qpc_addr(qpn), ctx.pack()[:MUTABLE_BYTES])
+
+    def _set_error(self, qpn, ctx):
+        if ctx.state != QpState.ERROR:
+            ctx.state = QpState.ERROR
+            self._qpc_write(qpn, ctx)
+
+    def _schedule(self, qpn) -> None:
+        if qpn not in self._queued:
+            entry = _Entry(qpn)
+            self._queued[qpn] = entry
+            self._sched.append(entry)
+
+    # --- doorbells -----------------------------------------------------------------------------------
+
+    def _doorbell(self, qpn: int, pi: int) -> None:
+        self._count("db_count")
+        if qpn >= self.regs["QPC_SIZE"]:
+            self._count("db_errors")
+            self._error(ErrBit.DB_BAD_QPN, qpn)
+            return
+        ctx = self._qpc_read(qpn)
+        if ctx is None:
+            self._count("db_errors")
+            return
+        ahead = (pi - ctx.sq_ci) & 0xFFFF
+        if ctx.log_sq_size > MAX_LOG_RING or ahead > 1 << ctx.log_sq_size:
+            status = CqeStatus.SQ_OVERFLOW
+        elif ctx.state not in (QpState.RTS, QpState.ERROR):
+            status = CqeStatus.QP_STATE_ERR
+        else:
+            ctx.sq_pi = pi
+            self._qpc_write(qpn, ctx)
+            if ctx.sq_ci != ctx.sq_pi:
+                self._schedule(qpn)
+            return
+        self._count("db_errors")
+        self._error(ErrBit.DB_REJECTED, qpn, status)
+        self._set_error(qpn, ctx)
+        self._complete(qpn, ctx, Cqe(qpn=qpn, status=status, wqe_index=pi))
+        if ctx.sq_ci != ctx.sq_pi:
+            self._schedule(qpn)
+
+    # --- completions ---------------------------------------------------------------------------------
+
+    def _cqc_addr(self, cqn):
+        return (self.regs.u64("CQ_BASE_LO") & ~0x1F) + cqn * CQ_RECORD_BYTES
+
+    def _cq_read(self, cqn, qpn) -> CqContext | None:
+        try:
+            return CqContext.unpack(self.mem.read(self._cqc_addr(cqn), CQ_RECORD_BYTES))
+        except BusError:
+            self._count("bus_errors")
+            self._error(ErrBit.BUS_CQ, qpn)
+            return None
+
+    def _cq_write(self, cqn, cq: CqContext, qpn) -> bool:
+        try:
+            self.mem.write(self._cqc_addr(cqn), cq.pack()[:8])
+            return True
+        except BusError:
+            self._count("bus_errors")
+            self._error(ErrBit.BUS_CQ, qpn)
+            return False
+
+    def _cq_ci(self, cqn: int, ci: int) -> None:
+        if cqn >= self.regs["CQ_SIZE"]:
+            self._error(ErrBit.CQ_DB_BAD_CQN, cqn)
+            return
+        cq = self._cq_read(cqn, cqn)
+        if cq is not None:
+            cq.ci = ci
+            self._cq_write(cqn, cq, cqn)
+
+    def _drop(self, qpn, ctx, bit: ErrBit) -> bool:
+        self._count("cqe_drops")
+        self._error(bit, qpn)
+        self._set_error(qpn, ctx)
+        return False
+
+    def _complete(self, qpn: int, ctx: QpContext, cqe: Cqe) -> bool:
+        """Write ``cqe`` to the QP's CQ; False (and the QP in ERROR) if it could not be written or
+        took the CQ's last free slot."""
+        cqn = ctx.cqn
+        if cqn >= self.regs["CQ_SIZE"]:
+            return self._drop(qpn, ctx, ErrBit.CQE_DROPPED)
+        cq = self._cq_read(cqn, qpn)
+        if cq is None:
+            return self._drop(qpn, ctx, ErrBit.CQE_DROPPED)
+        if cq.state != CqState.ACTIVE or not 1 <= cq.log_size <= MAX_LOG_RING:
+            return self._drop(qpn, ctx, ErrBit.CQE_DROPPED)
+        used = (cq.pi - cq.ci) & 0xFFFF
+        if used >= cq.size:
+            cq.state = CqState.ERROR
+            self._cq_write(cqn, cq, qpn)
+            self._error(ErrBit.CQ_OVERFLOW, qpn)
+            return self._drop(qpn, ctx, ErrBit.CQE_DROPPED)
+        overflow = used == cq.size - 1
+        if overflow:
+            cqe.status, cqe.byte_len = CqeStatus.CQ_OVERFLOW, 0
+        cqe.owner = (cq.pi >> cq.log_size & 1) ^ 1
+        addr = (cq.ring_base & ~0x1F) + (cq.pi % cq.size) * CQE_BYTES
+        try:
+            self.mem.write(addr, cqe.pack())
+        except BusError:
+            self._count("bus_errors")
+            self._error(ErrBit.BUS_CQ, qpn)
+            cq.state = CqState.ERROR
+            self._cq_write(cqn, cq, qpn)
+            return self._drop(qpn, ctx, ErrBit.CQE_DROPPED)
+        index = cq.pi
+        cq.pi = (cq.pi + 1) & 0xFFFF
+        if overflow:
+            cq.state = CqState.ERROR
+        if not self._cq_write(cqn, cq, qpn):
+            return self._drop(qpn, ctx, ErrBit.CQE_DROPPED)
+        self.cqes.append(CqeWrite(cqn, index, addr, cqe))
+        self._count("cqe_count")
+        self._pending_cqes += 1
+        if self._pending_cqes >= max(1, self.regs["INT_MOD_COUNT"]):
+            self._cq_event("count")
+        if overflow:
+            self._error(ErrBit.CQ_OVERFLOW, qpn, CqeStatus.CQ_OVERFLOW)
+            self._set_error(qpn, ctx)
+            return False
+        return True
+
+    def _retire(self, entry: _Entry, ctx: QpContext, cqe: Cqe | None) -> None:
+        """Complete the WQE at sq_ci: write its CQE (if any), advance sq_ci."""
+        if cqe is not None:
+            if cqe.status == CqeStatus.WR_FLUSH_ERR:
+                self._count("flush_count")
+            elif cqe.status != CqeStatus.SUCCESS:
+                self._count("wqe_errors")
+            self._complete(entry.qpn, ctx, cqe)
+        ctx.sq_ci = (ctx.sq_ci + 1) & 0xFFFF
+        self._qpc_write(entry.qpn, ctx)
+        self._count("wqe_count")
+        entry.wqe, entry.offset = None, 0
+
+    def _fail(self, entry, ctx, wqe: Wqe | None, status: CqeStatus) -> None:
+        self._set_error(entry.qpn, ctx)
+        op = wqe.opcode if wqe is not None else 0
+        wr_id = wqe.wr_id if wqe is not None else 0
+        self._retire(entry, ctx, Cqe(wr_id=wr_id, qpn=entry.qpn, opcode=op, status=status, wqe_index=ctx.sq_ci))
+
+    # --- the scheduler ---------------------------------------------------------------------------------
+
+    def _turn(self) -> None:
+        entry = self._sched.popleft()
+        del self._queued[entry.qpn]
+        ctx = self._qpc_read(entry.qpn)
+        if ctx is None:
+            return
+        quota = max(1, self.regs["SCHED_QUOTA"])
+        steps = 0
+        while steps < quota and ctx.sq_ci != ctx.sq_pi:
+            if ctx.state == QpState.ERROR:
+                self._flush_one(entry, ctx)
+                steps += 1
+            elif ctx.state == QpState.RTS:
+                steps += self._send(entry, ctx, quota - steps)
+            else:
+                break
+        if ctx.sq_ci != ctx.sq_pi and ctx.state in (QpState.RTS, QpState.ERROR):
+            self._queued[entry.qpn] = entry
+            self._sched.append(entry)
+
+    def _sq_ud(self, ctx) -> bool:
+        return ctx.service == ServiceType.UD
+
+    def _fetch(self, entry, ctx) -> Wqe | None:
+        addr = (ctx.sq_base & ~0x3F) + (ctx.sq_ci % (1 << ctx.log_sq_size)) * WQE_BYTES
+        try:
+            return Wqe.unpack(self.mem.read(addr, WQE_BYTES), ud=self._sq_ud(ctx))
+        except BusError:
+            self._count("bus_errors")
+            self._error(ErrBit.BUS_WQE, entry.qpn, CqeStatus.WQE_FETCH_ERR)
+            return None
+
+    def _flush_one(self, entry, ctx) -> None:
+        wqe = entry.wqe if entry.wqe is not None else self._fetch(entry, ctx)
+        self._retire(entry, ctx, Cqe(wr_id=wqe.wr_id if wqe else 0, qpn=entry.qpn, opcode=wqe.opcode if wqe else 0,
+                                     status=CqeStatus.WR_FLUSH_ERR, wqe_index=ctx.sq_ci))
+
+    def _validate(self, ctx, wqe: Wqe) -> CqeStatus:
+        if not (_valid(ServiceType, ctx.service) and _valid(PathMtu, ctx.path_mtu) and _valid(LinkMode, ctx.link_mode)
+                and ctx.sgid_index < SGID_ENTRIES):
+            return CqeStatus.LOC_QP_OP_ERR
+        inline = wqe.flags & WqeFlags.INLINE
+        if wqe.opcode not in _ALLOWED[ServiceType(ctx.service)] or (inline and wqe.opcode == WqeOpcode.RDMA_READ):
+            return CqeStatus.LOC_QP_OP_ERR
+        if wqe.length > MAX_MESSAGE or (inline and wqe.length > inline_capacity(self._sq_ud(ctx))):
+            return CqeStatus.LOC_LEN_ERR
+        if ctx.service == ServiceType.UD and wqe.length > PathMtu(ctx.path_mtu).bytes:
+            return CqeStatus.LOC_LEN_ERR
+        return CqeStatus.SUCCESS
+
+    def _send(self, entry: _Entry, ctx: QpContext, budget: int) -> int:
+        """Work on the WQE at sq_ci for at most ``budget`` steps; return the steps used."""
+        if entry.wqe is None:
+            wqe = self._fetch(entry, ctx)
+            if wqe is None:
+                self._fail(entry, ctx, None, CqeStatus.WQE_FETCH_ERR)
+                return 1
+            status = self._validate(ctx, wqe)
+            if status != CqeStatus.SUCCESS:
+                self._error(ErrBit.WQE_ERROR, entry.qpn, status)
+                self._fail(entry, ctx, wqe, status)
+                return 1
+            entry.wqe, entry.offset = wqe, 0
+        wqe = entry.wqe
+        mtu = PathMtu(ctx.path_mtu).bytes
+        if wqe.opcode == WqeOpcode.RDMA_READ:
+            self._emit(entry, ctx, wqe, True, True, b"", psns=max(1, -(-wqe.length // mtu)))
+            self._retire_ok(entry, ctx, wqe)
+            return 1
+        steps = 0
+        while steps < budget:
+            off = entry.offset
+            seg = min(mtu, wqe.length - off)
+            first, last = off == 0, off + seg == wqe.length
+            if wqe.flags & WqeFlags.INLINE:
+                payload = wqe.inline_data[off:off + seg]
+            else:
+                try:
+                    payload = self.mem.read(wqe.local_addr + off, seg) if seg else b""
+                except BusError:
+                    self._count("bus_errors")
+                    self._error(ErrBit.BUS_PAYLOAD, entry.qpn, CqeStatus.PAYLOAD_READ_ERR)
+                    self._fail(entry, ctx, wqe, CqeStatus.PAYLOAD_READ_ERR)
+                    return steps + 1
+            self._emit(entry, ctx, wqe, first, last, payload)
+            steps += 1
+            if last:
+                self._retire_ok(entry, ctx, wqe)
+                break
+            entry.offset = off + seg
+        return steps
+
+    def _retire_ok(self, entry, ctx, wqe: Wqe) -> None:
+        cqe = None
+        if wqe.flags & WqeFlags.SIGNALED:
+            cqe = Cqe(wr_id=wqe.wr_id, byte_len=wqe.length, qpn=entry.qpn, opcode=wqe.opcode, wqe_index=ctx.sq_ci)
+        self._retire(entry, ctx, cqe)
+
+    def _sgid(self, index: int) -> SgidEntry:
+        base = f"SGID{index}_"
+        gid = sum(self.regs[f"{base}GID{w}"] << (32 * w) for w in range(4))
+        vlan = self.regs[f"{base}VLAN"]
+        return SgidEntry(gid, self.regs[f"{base}MAC_LO"] | self.regs[f"{base}MAC_HI"] << 32,
+                         vlan & 0xFFF, bool(vlan >> 31 & 1))
+
+    def _emit(self, entry, ctx, wqe: Wqe, first: bool, last: bool, payload: bytes, psns: int = 1) -> None:
+        ud = ctx.service == ServiceType.UD
+        op = bth_opcode(ctx.service, wqe.opcode, first, last)
+        sg = self._sgid(ctx.sgid_index)
+        has_reth = wqe.opcode == WqeOpcode.RDMA_READ or (wqe.opcode in _WRITE_OPS and first)
+        solicited = bool(wqe.flags & WqeFlags.SOLICITED) and last and (
+            wqe.opcode in _SEND_OPS or wqe.opcode == WqeOpcode.RDMA_WRITE_WITH_IMM)
+        desc = PacketDesc(
+            mode=ctx.link_mode, payload_len=len(payload),
+            dst_mac=wqe.dst_mac if ud else ctx.dst_mac, src_mac=sg.mac,
+            vlan_present=int(sg.vlan_present), vlan_tci=(ctx.sl & 7) << 13 | sg.vlan_id if sg.vlan_present else 0,
+            src_gid=sg.gid, dst_gid=wqe.dst_gid if ud else ctx.dst_gid,
+            traffic_class=ctx.traffic_class, flow_label=ctx.flow_label, hop_limit=ctx.hop_limit,
+            ip_id=ctx.next_psn & 0xFFFF, udp_sport=ctx.udp_sport,
+            vl=0, sl=ctx.sl, dlid=wqe.dlid if ud else ctx.dlid, slid=self.regs["PORT_LID"],
+            opcode=op, se=int(solicited), migreq=0, pkey=ctx.pkey, dest_qp=wqe.dest_qpn if ud else ctx.dest_qpn,
+            ackreq=int(last), psn=ctx.next_psn,
+            reth_va=wqe.remote_addr if has_reth else 0, reth_rkey=wqe.rkey if has_reth else 0,
+            reth_dma_len=wqe.length if has_reth else 0,
+            imm=wqe.imm if last and wqe.opcode in _IMM_OPS else 0,
+            deth_qkey=(ctx.qkey if wqe.qkey >> 31 else wqe.qkey) if ud else 0, deth_src_qp=entry.qpn if ud else 0,
+        )
+        self.packets.append(TxPacket(entry.qpn, normalize_desc(desc), bytes(payload)))
+        self._count("pkt_count")
+        self._count("byte_count", len(payload))
+        ctx.next_psn = (ctx.next_psn + psns) & PSN_MASK
+        self._qpc_write(entry.qpn, ctx)
+
+
+class Driver:
+    """Software's side, as a verbs driver would do it: lay out QP and CQ contexts and rings in
+    :class:`HostMemory`, post WQEs, and produce the register writes for doorbells.
+
+    ``target`` is anything with ``write_reg(offset, value)`` (the model, or a cocotb AXI4-Lite
+    wrapper around the RTL)."""
+
+    def __init__(self, mem: HostMemory, config: EngineConfig, target=None):
+        self.mem = mem
+        self.config = config
+        self.target = target
+        self.sq_pi: dict[int, int] = {}
+        self.qps: dict[int, QpContext] = {}
+
+    def create_cq(self, cqn: int, ring_base: int, log_size: int, state: int = CqState.ACTIVE) -> CqContext:
+        cq = CqContext(state=state, log_size=log_size, ring_base=ring_base)
+        self.mem.poke(self.config.cq_base + cqn * CQ_RECORD_BYTES, cq.pack())
+        return cq
+
+    def create_qp(self, qpn: int, ctx: QpContext) -> QpContext:
+        ctx.qpn = qpn
+        self.mem.poke(self.config.qpc_base + qpn * RECORD_BYTES, ctx.pack())
+        self.qps[qpn] = ctx
+        self.sq_pi[qpn] = ctx.sq_pi
+        return ctx
+
+    def qp(self, qpn: int) -> QpContext:
+        """The QP context as host memory holds it now."""
+        return QpContext.unpack(self.mem.peek(self.config.qpc_base + qpn * RECORD_BYTES, RECORD_BYTES))
+
+    def cq(self, cqn: int) -> CqContext:
+        return CqContext.unpack(self.mem.peek(self.config.cq_base + cqn * CQ_RECORD_BYTES, CQ_RECORD_BYTES))
+
+    def post(self, qpn: int, wqe: Wqe) -> int:
+        """Write ``wqe`` at the QP's software producer index; return the new producer index."""
+        ctx = self.qps[qpn]
+        pi = self.sq_pi[qpn]
+        addr = (ctx.sq_base & ~0x3F) + (pi % (1 << ctx.log_sq_size)) * WQE_BYTES
+        self.mem.poke(addr, wqe.pack(ud=ctx.service == ServiceType.UD))
+        self.sq_pi[qpn] = (pi + 1) & 0xFFFF
+        return self.sq_pi[qpn]
+
+    def doorbell_writes(self, qpn: int, pi: int | None = None) -> list[tuple[int, int]]:
+        """The register writes ``(offset, value)`` of a doorbell (default: the software producer index)."""
+        pi = self.sq_pi[qpn] if pi is None else pi
+        return [(REG["DB_QPN"].offset, qpn), (REG["DB_SQ_PI"].offset, pi)]
+
+    def ring(self, qpn: int, pi: int | None = None) -> None:
+        """Issue :meth:`doorbell_writes` to ``target`` (a cocotb test awaits them on AXI4-Lite instead)."""
+        for offset, value in self.doorbell_writes(qpn, pi):
+            self.target.write_reg(offset, value)
+
+    def cq_entries(self, cqn: int) -> list[Cqe]:
+        """The CQEs between the CQ's consumer and producer index, as software would poll them."""
+        cq = self.cq(cqn)
+        out = []
+        i = cq.ci
+        while i != cq.pi:
+            out.append(Cqe.unpack(self.mem.peek((cq.ring_base & ~0x1F) + (i % cq.size) * CQE_BYTES, CQE_BYTES)))
+            i = (i + 1) & 0xFFFF
+        return out

@@ -1,0 +1,180 @@
+"""The AXI4-Lite register map of the descriptor engine, as data.
+
+:data:`REGISTERS` is the single definition: the golden model's :class:`RegisterFile`, the RTL's
+register block and the register table in ``docs/engine.md`` (:func:`markdown_table`) all come from
+it. Registers are 32 bits wide at 4-byte aligned offsets. Reads of unmapped offsets return 0 and
+writes to them are ignored (both answer OKAY).
+
+Access: ``RO`` read only (writes ignored), ``RW`` read/write, ``W1C`` write 1 to clear,
+``WO`` write only (reads return 0; a write is an action, e.g. a doorbell).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+__all__ = ["Access", "Reg", "REGISTERS", "REG", "ENGINE_ID", "ENGINE_VERSION", "SGID_ENTRIES", "SGID_BASE",
+           "SGID_STRIDE", "COUNTER_NAMES", "ErrBit", "IntBit", "RegisterFile", "markdown_table"]
+
+ENGINE_ID = 0x524E4943          # "RNIC"
+ENGINE_VERSION = 0x0000_0001    # major << 16 | minor
+SGID_ENTRIES = 16
+SGID_BASE = 0x400
+SGID_STRIDE = 0x20
+
+
+class Access(enum.Enum):
+    RO = "RO"
+    RW = "RW"
+    W1C = "W1C"
+    WO = "WO"
+
+
+class ErrBit(enum.IntEnum):
+    """Bit positions in ERR_STATUS (and the cause code in ERR_INFO[7:0])."""
+    DB_BAD_QPN = 0       # doorbell QPN >= QPC_SIZE
+    DB_REJECTED = 1      # doorbell for a QP not in RTS/ERROR, or a producer index jump
+    WQE_ERROR = 2        # a WQE completed with LOC_LEN_ERR or LOC_QP_OP_ERR
+    BUS_QPC = 3          # AXI error reading a QP context
+    BUS_WQE = 4          # AXI error on a WQE fetch
+    BUS_PAYLOAD = 5      # AXI error on a payload read
+    BUS_CQ = 6           # AXI error on a CQE write or a CQ context access
+    CQ_OVERFLOW = 7      # a CQ filled up (CQ_OVERFLOW CQE written, CQ -> ERROR)
+    CQE_DROPPED = 8      # a CQE could not be written (CQ in RESET/ERROR, CQN out of range)
+    CQ_DB_BAD_CQN = 9    # CQ_DB_CI write with CQN >= CQ_SIZE
+
+
+class IntBit(enum.IntEnum):
+    """Bit positions in INT_STATUS and INT_ENABLE."""
+    CQ = 0               # a moderated completion event
+    ERR = 1              # ERR_STATUS gained a bit (not moderated)
+
+
+_COUNTERS = (
+    ("db_count", "DB_SQ_PI writes"),
+    ("db_errors", "doorbells rejected: bad QPN, QP context bus error, QP not in RTS/ERROR, index jump"),
+    ("wqe_count", "WQEs retired (sq_ci advanced), any status"),
+    ("pkt_count", "packets emitted"),
+    ("byte_count", "payload bytes emitted"),
+    ("cqe_count", "CQEs written"),
+    ("cqe_drops", "CQEs that could not be written"),
+    ("wqe_errors", "WQEs retired with an error status other than WR_FLUSH_ERR"),
+    ("flush_count", "WQEs retired with WR_FLUSH_ERR"),
+    ("irq_count", "CQ interrupt events"),
+    ("bus_errors", "AXI operations that got SLVERR/DECERR"),
+)
+COUNTER_NAMES = tuple(name for name, _ in _COUNTERS)
+
+
+@dataclass(frozen=True)
+class Reg:
+    """One 32-bit register: ``width`` low bits are implemented, the rest read as zero."""
+
+    name: str
+    offset: int
+    width: int
+    access: Access
+    reset: int
+    description: str
+
+    @property
+    def mask(self) -> int:
+        return (1 << self.width) - 1
+
+
+def _regs():
+    rw, ro, w1c, wo = Access.RW, Access.RO, Access.W1C, Access.WO
+    out = [
+        Reg("ID", 0x000, 32, ro, ENGINE_ID, 'identification, "RNIC"'),
+        Reg("VERSION", 0x004, 32, ro, ENGINE_VERSION, "major[31:16], minor[15:0]"),
+        Reg("CAPS", 0x008, 32, ro, SGID_ENTRIES | 32 << 8 | 12 << 16,
+            "SGID entries[7:0], inline bytes RC/UC[15:8], inline bytes UD[23:16]"),
+        Reg("SCRATCH", 0x00C, 32, rw, 0, "free for software"),
+        Reg("CONTROL", 0x010, 1, rw, 0, "bit 0 ENABLE: the scheduler runs (doorbells are accepted either way)"),
+        Reg("STATUS", 0x014, 2, ro, 1, "bit 0 IDLE (nothing scheduled or in flight), bit 1 IRQ (interrupt output)"),
+        Reg("QPC_BASE_LO", 0x020, 32, rw, 0, "QP context table base [31:0] (128-byte aligned, bits 6:0 ignored)"),
+        Reg("QPC_BASE_HI", 0x024, 32, rw, 0, "QP context table base [63:32]"),
+        Reg("QPC_SIZE", 0x028, 25, rw, 0, "number of QP context records (QPNs 0 .. QPC_SIZE-1)"),
+        Reg("CQ_BASE_LO", 0x030, 32, rw, 0, "CQ context table base [31:0] (32-byte aligned, bits 4:0 ignored)"),
+        Reg("CQ_BASE_HI", 0x034, 32, rw, 0, "CQ context table base [63:32]"),
+        Reg("CQ_SIZE", 0x038, 25, rw, 0, "number of CQ context records"),
+        Reg("SCHED_QUOTA", 0x040, 16, rw, 16, "steps (packets or completion-only WQEs) per scheduler turn; 0 acts as 1"),
+        Reg("AXI_MAX_BURST", 0x044, 9, rw, 256, "longest AXI burst in beats, 1..256; 0 or above 256 acts as 256"),
+        Reg("AXI_BW_CAP", 0x048, 16, rw, 0, "at most this many AXI data beats per 1024 clocks; 0 = no cap"),
+        Reg("PORT_LID", 0x04C, 16, rw, 0, "source LID of IB packets (LRH SLID)"),
+        Reg("INT_MOD_COUNT", 0x050, 16, rw, 1, "CQ event after this many CQEs; 0 acts as 1"),
+        Reg("INT_MOD_TIMER", 0x054, 32, rw, 0, "CQ event this many clocks after the first unreported CQE; 0 = off"),
+        Reg("INT_STATUS", 0x058, 2, w1c, 0, "bit 0 CQ event, bit 1 error event"),
+        Reg("INT_ENABLE", 0x05C, 2, rw, 0, "irq output = OR of (INT_STATUS & INT_ENABLE)"),
+        Reg("DB_QPN", 0x060, 24, rw, 0, "QPN for the next DB_SQ_PI write"),
+        Reg("DB_SQ_PI", 0x064, 16, wo, 0, "write: doorbell, new send-queue producer index of QP DB_QPN"),
+        Reg("CQ_DB_CQN", 0x068, 24, rw, 0, "CQN for the next CQ_DB_CI write"),
+        Reg("CQ_DB_CI", 0x06C, 16, wo, 0, "write: new consumer index of CQ CQ_DB_CQN (stored in its CQ context)"),
+        Reg("ERR_STATUS", 0x080, 10, w1c, 0, "one bit per error class (ErrBit)"),
+        Reg("ERR_QPN", 0x084, 24, ro, 0, "QPN (CQN for CQ_DB_BAD_CQN) of the first error since ERR_STATUS was 0"),
+        Reg("ERR_INFO", 0x088, 16, ro, 0, "first error: ErrBit[7:0], CQE status[15:8] (0 if none)"),
+    ]
+    for i, (name, text) in enumerate(_COUNTERS):
+        out.append(Reg(name.upper(), 0x100 + 4 * i, 32, ro, 0, f"counter (wraps): {text}"))
+    for i in range(SGID_ENTRIES):
+        base = SGID_BASE + SGID_STRIDE * i
+        for w in range(4):
+            out.append(Reg(f"SGID{i}_GID{w}", base + 4 * w, 32, rw, 0, f"source GID {i} bits [{32 * w + 31}:{32 * w}]"))
+        out.append(Reg(f"SGID{i}_MAC_LO", base + 0x10, 32, rw, 0, f"source MAC {i} bits [31:0]"))
+        out.append(Reg(f"SGID{i}_MAC_HI", base + 0x14, 16, rw, 0, f"source MAC {i} bits [47:32]"))
+        out.append(Reg(f"SGID{i}_VLAN", base + 0x18, 32, rw, 0, f"entry {i}: VLAN ID[11:0], tag present[31]"))
+    return tuple(out)
+
+
+REGISTERS: tuple[Reg, ...] = _regs()
+REG: dict[str, Reg] = {r.name: r for r in REGISTERS}
+_BY_OFFSET = {r.offset: r for r in REGISTERS}
+assert len(_BY_OFFSET) == len(REGISTERS) and all(r.offset % 4 == 0 for r in REGISTERS)
+
+
+class RegisterFile:
+    """Register storage with the access rules. ``on_write`` is called as ``on_write(reg, value)``
+    after every write to a WO register (the engine's actions)."""
+
+    def __init__(self, on_write=None):
+        self.values = {r.name: r.reset for r in REGISTERS}
+        self.on_write = on_write
+
+    def __getitem__(self, name: str) -> int:
+        return self.values[name]
+
+    def __setitem__(self, name: str, value: int) -> None:
+        """Hardware-side update (status, counters), bypassing the access rules."""
+        self.values[name] = value & REG[name].mask
+
+    def read(self, offset: int) -> int:
+        reg = _BY_OFFSET.get(offset)
+        if reg is None or reg.access is Access.WO:
+            return 0
+        return self.values[reg.name]
+
+    def write(self, offset: int, value: int) -> None:
+        reg = _BY_OFFSET.get(offset)
+        if reg is None or reg.access is Access.RO:
+            return
+        value &= reg.mask
+        if reg.access is Access.W1C:
+            self.values[reg.name] &= ~value
+        elif reg.access is Access.RW:
+            self.values[reg.name] = value
+        elif self.on_write is not None:
+            self.on_write(reg, value)
+
+    def u64(self, lo: str) -> int:
+        return self.values[lo] | self.values[lo.replace("_LO", "_HI")] << 32
+
+
+def markdown_table(regs=None) -> str:
+    """The register table for docs/engine.md (the SGID table shown for entry 0 only)."""
+    if regs is None:
+        regs = [r for r in REGISTERS if not r.name.startswith("SGID") or r.name.startswith("SGID0_")]
+    lines = ["| offset | name | bits | access | reset | description |", "|---|---|---|---|---|---|"]
+    for r in regs:
+        lines.append(f"| 0x{r.offset:03X} | `{r.name}` | {r.width} | {r.access.value} | 0x{r.reset:X} | {r.description} |")
+    return "\n".join(lines)
