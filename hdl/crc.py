@@ -33,7 +33,7 @@ from amaranth.lib.wiring import In, Out
 from rnic.model.crc import CrcSpec
 from rnic.hdl.bus import AXIStreamSignature, PacketStream, axis_to_stream
 
-__all__ = ["CrcStream", "CrcStreamAxis"]
+__all__ = ["CrcStream", "CrcStreamAxis", "xor_tree"]
 
 # Data lanes per partial XOR sum (registered before the loop). 8 lanes = 64 bits: a ~32-input XOR
 # per CRC bit, three LUT4 levels.
@@ -89,8 +89,9 @@ def _inverse(cols):
     return [sum(((inverse_rows[i] >> j) & 1) << i for i in range(n)) for j in range(n)]
 
 
-def _xor_tree(cols, vector, out_width):
-    """Hardware for ``_apply(cols, vector)``: one XOR reduction per output bit."""
+def xor_tree(cols, vector, out_width):
+    """Hardware for the GF(2) matrix ``cols`` (``cols[j]`` = image of bit ``j``) applied to ``vector``:
+    one XOR reduction per output bit. Also used by the packet builder's VCRC-over-ICRC step."""
     bits = []
     for i in range(out_width):
         taps = [vector[j] for j, col in enumerate(cols) if col >> i & 1]
@@ -280,11 +281,11 @@ class CrcStream(wiring.Component):
         for c, start in enumerate(range(0, n, _CHUNK_LANES)):
             stop = min(start + _CHUNK_LANES, n)
             p = Signal(w, name=f"s2_partial{c}")
-            m.d.sync += p.eq(_xor_tree(self._data_cols[8 * start:8 * stop],
+            m.d.sync += p.eq(xor_tree(self._data_cols[8 * start:8 * stop],
                                        s1_data[8 * start:8 * stop], w))
             partials.append(p)
         p = Signal(w, name="s2_offset")
-        m.d.sync += p.eq(_xor_tree(self._offset_cols, lo_first, w))
+        m.d.sync += p.eq(xor_tree(self._offset_cols, lo_first, w))
         partials.append(p)
         m.d.sync += [
             s2_valid.eq(s1_valid),
@@ -307,7 +308,7 @@ class CrcStream(wiring.Component):
         # register is cleared after every last beat (a synchronous reset, outside the XOR tree).
         state = Signal(w)
         state_next = Signal(w)
-        m.d.comb += state_next.eq(_xor_all([_xor_tree(self._advance_beat, state, w), *partials]))
+        m.d.comb += state_next.eq(_xor_all([xor_tree(self._advance_beat, state, w), *partials]))
         with m.If(loop_valid):
             m.d.sync += state.eq(Mux(loop_last, 0, state_next))
 
@@ -326,7 +327,7 @@ class CrcStream(wiring.Component):
             with m.Switch(digit):
                 for d, mat in mats.items():
                     with m.Case(d):
-                        m.d.comb += value.eq(_xor_tree(mat, t_value, w))
+                        m.d.comb += value.eq(xor_tree(mat, t_value, w))
                 with m.Default():
                     m.d.comb += value.eq(t_value)
             nxt_valid = Signal(name=f"t{k + 1}_valid")

@@ -37,7 +37,7 @@ from rnic.model.descriptor import MAX_PAYLOAD, LinkMode
 from rnic.model import headers as hd
 from rnic.model.opcodes import OPCODE_INFO
 from rnic.hdl.bus import AXIStreamSignature, PacketStream, axis_to_stream, stream_to_axis
-from rnic.hdl.crc import CrcStream
+from rnic.hdl.crc import CrcStream, xor_tree
 from rnic.hdl.descriptor import DESC_WIDTH, DescriptorLayout, ErrorFlags
 
 __all__ = ["PacketBuilder", "PacketBuilderAxis", "HEADER_MAX", "DESC_AXIS_WIDTH"]
@@ -196,14 +196,6 @@ def _byte_mask(count, lanes):
 
 def _expand(keep, lanes):
     return Cat(*(keep[l].replicate(8) for l in range(lanes)))
-
-
-def _xor_tree(cols, vector, out_width):
-    bits = []
-    for i in range(out_width):
-        taps = [vector[j] for j, col in enumerate(cols) if col >> i & 1]
-        bits.append(Cat(*taps).xor() if taps else Const(0, 1))
-    return Cat(*bits)
 
 
 def _crc_extend(spec, nbytes):
@@ -683,7 +675,7 @@ class PacketBuilder(wiring.Component):
         r2_vcrc = Signal(16)
         cols, const = _crc_extend(VCRC, ICRC_LEN)
         m.d.sync += [r2_icrc.eq(r1_icrc),
-                     r2_vcrc.eq(_xor_tree(cols, Cat(r1_vcrc, r1_icrc), 16) ^ const)]
+                     r2_vcrc.eq(xor_tree(cols, Cat(r1_vcrc, r1_icrc), 16) ^ const)]
 
         # ---- delay line: each beat meets its frame's CRCs at the end
         dl_valid, dl_beat = bt_valid, bt_beat
