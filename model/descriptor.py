@@ -19,6 +19,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, fields as dc_fields
 
+from .record import FieldRecord
+
 __all__ = ["LinkMode", "DESC_FIELDS", "DESC_WIDTH", "PacketDesc", "MAX_PAYLOAD"]
 
 MAX_PAYLOAD = 4096  # the largest IB path MTU
@@ -69,11 +71,18 @@ DESC_FIELDS: tuple[tuple[str, int], ...] = (
 )
 
 DESC_WIDTH = sum(w for _, w in DESC_FIELDS)
+_DESC_OFFSETS = tuple((name, sum(w for _, w in DESC_FIELDS[:i]), width)
+                      for i, (name, width) in enumerate(DESC_FIELDS))
 
 
 @dataclass
-class PacketDesc:
-    """One packet's header descriptor. Defaults give a valid RoCEv2/IPv4 RC SEND ONLY of 0 bytes."""
+class PacketDesc(FieldRecord):
+    """One packet's header descriptor. Defaults give a valid RoCEv2/IPv4 RC SEND ONLY of 0 bytes.
+
+    ``to_int()``/``from_int()`` use the RTL struct layout (first field at bit 0)."""
+
+    FIELDS = _DESC_OFFSETS
+    BYTES = (DESC_WIDTH + 7) // 8
 
     mode: int = LinkMode.ROCEV2_IPV4
     payload_len: int = 0
@@ -114,28 +123,6 @@ class PacketDesc:
     atomic_swap: int = 0
     atomic_compare: int = 0
     atomic_orig: int = 0
-
-    def __post_init__(self):
-        for name, width in DESC_FIELDS:
-            value = int(getattr(self, name))
-            if not 0 <= value < (1 << width):
-                raise ValueError(f"PacketDesc.{name} must fit in {width} bits, not {value!r}")
-
-    def to_int(self) -> int:
-        """Pack into one integer with the RTL struct layout (first field at bit 0)."""
-        out, pos = 0, 0
-        for name, width in DESC_FIELDS:
-            out |= int(getattr(self, name)) << pos
-            pos += width
-        return out
-
-    @classmethod
-    def from_int(cls, value: int) -> "PacketDesc":
-        kw, pos = {}, 0
-        for name, width in DESC_FIELDS:
-            kw[name] = value >> pos & ((1 << width) - 1)
-            pos += width
-        return cls(**kw)
 
 
 assert [f.name for f in dc_fields(PacketDesc)] == [n for n, _ in DESC_FIELDS]

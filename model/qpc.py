@@ -33,6 +33,7 @@ import enum
 from dataclasses import dataclass, fields as dc_fields
 
 from .descriptor import LinkMode
+from .record import FieldRecord, get_bits
 
 __all__ = ["RECORD_BYTES", "RECORD_BITS", "MUTABLE_BYTES", "QPN_WIDTH", "ARG_WIDTH", "COUNTER_WIDTH",
            "QpState", "ServiceType", "PathMtu", "Status", "Op", "CtrlOp", "QPC_FIELDS", "QpContext",
@@ -156,8 +157,7 @@ _check_table()
 
 
 def get_field(record: int, name: str) -> int:
-    off, width = _FIELD[name]
-    return record >> off & ((1 << width) - 1)
+    return get_bits(record, *_FIELD[name])
 
 
 def set_field(record: int, name: str, value: int) -> int:
@@ -167,8 +167,11 @@ def set_field(record: int, name: str, value: int) -> int:
 
 
 @dataclass
-class QpContext:
+class QpContext(FieldRecord):
     """One QP context record. ``pack()`` gives the 128 host-memory bytes (reserved bytes zero)."""
+
+    FIELDS = QPC_FIELDS
+    BYTES = RECORD_BYTES
 
     state: int = QpState.RESET
     next_psn: int = 0
@@ -198,31 +201,6 @@ class QpContext:
     dst_mac: int = 0
     sq_base: int = 0
     dst_gid: int = 0
-
-    def __post_init__(self):
-        for name, _, width in QPC_FIELDS:
-            value = int(getattr(self, name))
-            if not 0 <= value < (1 << width):
-                raise ValueError(f"QpContext.{name} must fit in {width} bits, not {value!r}")
-
-    def to_int(self) -> int:
-        out = 0
-        for name, off, _ in QPC_FIELDS:
-            out |= int(getattr(self, name)) << off
-        return out
-
-    @classmethod
-    def from_int(cls, value: int) -> "QpContext":
-        return cls(**{name: get_field(value, name) for name, _, _ in QPC_FIELDS})
-
-    def pack(self) -> bytes:
-        return self.to_int().to_bytes(RECORD_BYTES, "little")
-
-    @classmethod
-    def unpack(cls, raw: bytes) -> "QpContext":
-        if len(raw) != RECORD_BYTES:
-            raise ValueError(f"a QP context is {RECORD_BYTES} bytes, not {len(raw)}")
-        return cls.from_int(int.from_bytes(raw, "little"))
 
 
 assert [f.name for f in dc_fields(QpContext)] == [n for n, _, _ in QPC_FIELDS]

@@ -18,6 +18,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field, fields as dc_fields
 
+from .record import FieldRecord, get_bits
+
 __all__ = ["WQE_BYTES", "CQE_BYTES", "CQ_RECORD_BYTES", "MAX_MESSAGE", "INLINE_OFFSET", "INLINE_MAX_RC",
            "INLINE_MAX_UD", "WqeOpcode", "WqeFlags", "CqeStatus", "CqState", "CQE_FLAG_SQ",
            "WQE_FIELDS", "CQE_FIELDS", "CQC_FIELDS", "Wqe", "Cqe", "CqContext", "inline_capacity"]
@@ -133,10 +135,6 @@ _check(CQE_FIELDS, CQE_BYTES)
 _check(CQC_FIELDS, CQ_RECORD_BYTES)
 
 
-def _get(value: int, off: int, width: int) -> int:
-    return value >> off & ((1 << width) - 1)
-
-
 def inline_capacity(ud: bool) -> int:
     """Inline payload bytes a WQE can hold on a UD (``ud``) or RC/UC QP."""
     return INLINE_MAX_UD if ud else INLINE_MAX_RC
@@ -210,46 +208,17 @@ class Wqe:
         if len(raw) != WQE_BYTES:
             raise ValueError(f"a WQE is {WQE_BYTES} bytes, not {len(raw)}")
         value = int.from_bytes(raw, "little")
-        flags = _get(value, 8, 8)
+        flags = get_bits(value, 8, 8)
         used = _layouts(flags, ud)
-        kw = {name: _get(value, off, width) for name, off, width, layout in WQE_FIELDS if layout in used}
+        kw = {name: get_bits(value, off, width) for name, off, width, layout in WQE_FIELDS if layout in used}
         if flags & WqeFlags.INLINE:
             n = min(kw["length"], inline_capacity(ud))
             kw["inline_data"] = bytes(raw[INLINE_OFFSET:INLINE_OFFSET + n])
         return cls(**kw)
 
 
-class _Record:
-    """Field-table codec shared by :class:`Cqe` and :class:`CqContext`."""
-
-    FIELDS: tuple[tuple[str, int, int], ...] = ()
-    BYTES = 0
-
-    def __post_init__(self):
-        for name, _, width in self.FIELDS:
-            value = int(getattr(self, name))
-            if not 0 <= value < (1 << width):
-                raise ValueError(f"{type(self).__name__}.{name} must fit in {width} bits, not {value!r}")
-
-    def to_int(self) -> int:
-        return sum(int(getattr(self, name)) << off for name, off, _ in self.FIELDS)
-
-    @classmethod
-    def from_int(cls, value: int):
-        return cls(**{name: _get(value, off, width) for name, off, width in cls.FIELDS})
-
-    def pack(self) -> bytes:
-        return self.to_int().to_bytes(self.BYTES, "little")
-
-    @classmethod
-    def unpack(cls, raw: bytes):
-        if len(raw) != cls.BYTES:
-            raise ValueError(f"a {cls.__name__} is {cls.BYTES} bytes, not {len(raw)}")
-        return cls.from_int(int.from_bytes(raw, "little"))
-
-
 @dataclass
-class Cqe(_Record):
+class Cqe(FieldRecord):
     """One 32-byte completion queue entry."""
 
     FIELDS = CQE_FIELDS
@@ -267,7 +236,7 @@ class Cqe(_Record):
 
 
 @dataclass
-class CqContext(_Record):
+class CqContext(FieldRecord):
     """One 32-byte CQ context record, at ``cq_base + cqn * CQ_RECORD_BYTES`` in host memory."""
 
     FIELDS = CQC_FIELDS
