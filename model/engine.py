@@ -27,7 +27,7 @@ from .descriptor import LinkMode, PacketDesc
 from .frames import build_frame, normalize_desc
 from .opcodes import Opcode
 from .qpc import MUTABLE_BYTES, RECORD_BYTES, BusError, PathMtu, QpContext, QpState, ServiceType
-from .regs import COUNTER_NAMES, REG, SGID_BASE, SGID_ENTRIES, SGID_STRIDE, ErrBit, IntBit, RegisterFile
+from .regs import COUNTER_NAMES, REG, caps, SGID_BASE, SGID_ENTRIES, SGID_STRIDE, ErrBit, IntBit, RegisterFile
 from .wqe import (CQ_RECORD_BYTES, CQE_BYTES, MAX_MESSAGE, WQE_BYTES, Cqe, CqContext, CqeStatus, CqState, Wqe,
                   WqeFlags, WqeOpcode, inline_capacity)
 
@@ -241,9 +241,13 @@ class EngineModel:
     :meth:`doorbell`, :meth:`set_cq_ci` shorthands) and :meth:`run`; read the results from
     :attr:`packets`, :attr:`cqes`, :attr:`irq_events`, the registers and :attr:`mem`."""
 
-    def __init__(self, mem: HostMemory, config: EngineConfig | None = None):
+    def __init__(self, mem: HostMemory, config: EngineConfig | None = None, *, max_qps: int = 1 << 24):
+        if max_qps < 1 or max_qps & (max_qps - 1) or max_qps > 1 << 24:
+            raise ValueError(f"max_qps must be a power of two up to 2**24, not {max_qps!r}")
         self.mem = mem
+        self.max_qps = max_qps
         self.regs = RegisterFile(on_write=self._action)
+        self.regs["CAPS"] = caps(max_qps)
         self.packets: list[TxPacket] = []
         self.cqes: list[CqeWrite] = []
         self.irq_events: list[IrqEvent] = []
@@ -356,7 +360,7 @@ class EngineModel:
 
     def _doorbell(self, qpn: int, pi: int) -> None:
         self._count("db_count")
-        if qpn >= self.regs["QPC_SIZE"]:
+        if qpn >= min(self.regs["QPC_SIZE"], self.max_qps):
             self._count("db_errors")
             self._error(ErrBit.DB_BAD_QPN, qpn)
             return

@@ -14,7 +14,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-__all__ = ["Access", "Reg", "REGISTERS", "REG", "ENGINE_ID", "ENGINE_VERSION", "SGID_ENTRIES", "SGID_BASE",
+__all__ = ["Access", "Reg", "caps", "REGISTERS", "REG", "ENGINE_ID", "ENGINE_VERSION", "SGID_ENTRIES", "SGID_BASE",
            "SGID_STRIDE", "COUNTER_NAMES", "ErrBit", "IntBit", "RegisterFile", "markdown_table"]
 
 ENGINE_ID = 0x524E4943          # "RNIC"
@@ -83,13 +83,19 @@ class Reg:
         return (1 << self.width) - 1
 
 
+def caps(max_qps: int) -> int:
+    """CAPS of an engine whose scheduler holds QPNs ``0 .. max_qps - 1`` (a power of two)."""
+    return SGID_ENTRIES | 32 << 8 | 12 << 16 | (max_qps.bit_length() - 1) << 24
+
+
 def _regs():
     rw, ro, w1c, wo = Access.RW, Access.RO, Access.W1C, Access.WO
     out = [
         Reg("ID", 0x000, 32, ro, ENGINE_ID, 'identification, "RNIC"'),
         Reg("VERSION", 0x004, 32, ro, ENGINE_VERSION, "major[31:16], minor[15:0]"),
-        Reg("CAPS", 0x008, 32, ro, SGID_ENTRIES | 32 << 8 | 12 << 16,
-            "SGID entries[7:0], inline bytes RC/UC[15:8], inline bytes UD[23:16]"),
+        Reg("CAPS", 0x008, 32, ro, caps(1 << 24),
+            "SGID entries[7:0], inline bytes RC/UC[15:8], inline bytes UD[23:16], log2 of the QPNs the "
+            "scheduler holds[31:24] (doorbells for higher QPNs are DB_BAD_QPN)"),
         Reg("SCRATCH", 0x00C, 32, rw, 0, "free for software"),
         Reg("CONTROL", 0x010, 1, rw, 0, "bit 0 ENABLE: the scheduler runs (doorbells are accepted either way)"),
         Reg("STATUS", 0x014, 2, ro, 1, "bit 0 IDLE (nothing scheduled or in flight), bit 1 IRQ (interrupt output)"),
@@ -111,6 +117,11 @@ def _regs():
         Reg("DB_SQ_PI", 0x064, 16, wo, 0, "write: doorbell, new send-queue producer index of QP DB_QPN"),
         Reg("CQ_DB_CQN", 0x068, 24, rw, 0, "CQN for the next CQ_DB_CI write"),
         Reg("CQ_DB_CI", 0x06C, 16, wo, 0, "write: new consumer index of CQ CQ_DB_CQN (stored in its CQ context)"),
+        Reg("QPC_CMD", 0x070, 2, wo, 0, "write: QP context cache command, 1 INVALIDATE QPC_CMD_QPN (write back, drop), "
+            "2 FLUSH (write back and drop all); 0 and 3 do nothing"),
+        Reg("QPC_CMD_QPN", 0x074, 24, rw, 0, "QPN for QPC_CMD INVALIDATE"),
+        Reg("QPC_CMD_STATUS", 0x078, 3, ro, 0, "bit 0 BUSY (a QPC_CMD is running; writes to QPC_CMD wait), "
+            "bits 2:1 result of the last command: 0 OK, 1 BAD_QPN, 2 BUS_ERROR"),
         Reg("ERR_STATUS", 0x080, 10, w1c, 0, "one bit per error class (ErrBit)"),
         Reg("ERR_QPN", 0x084, 24, ro, 0, "QPN (CQN for CQ_DB_BAD_CQN) of the first error since ERR_STATUS was 0"),
         Reg("ERR_INFO", 0x088, 16, ro, 0, "first error: ErrBit[7:0], CQE status[15:8] (0 if none)"),
