@@ -1,0 +1,455 @@
+"""Host-memory DMA blocks: an AXI4 interconnect for the engine's masters, and the payload reader.
+
+* :class:`AxiInterconnect` merges ``n`` AXI4 masters onto the one host port. Address channels are
+  arbitrated round-robin (reads and writes independently) and the master's index becomes the top
+  bits of the ID, which routes R and B back. Every master-side ``ready`` depends only on that
+  master's own registers and on the host port, never on another master's ``valid``. An optional
+  bandwidth cap (``bw_cap``, register ``AXI_BW_CAP``) limits data beats per 1024-clock window.
+* :class:`PayloadReader` fetches packet payloads for the packet builder: one command per packet,
+  read with the bursts of :func:`rnic.model.engine.split_bursts`, realigned so the first payload
+  byte sits in lane 0, and delivered as a :func:`~rnic.hdl.bus.PacketStream` in command order.
+  A per-command ``status`` (bus error or not) is available as soon as the command's data has
+  arrived. Read data is never back-pressured: an AR is issued only when the data queue has room
+  for all of its beats (the credit rule that keeps the engine free of deadlock).
+
+``docs/engine.md`` ("DMA") has the contract; ``cocotb_tests/test_dma.py`` the tests.
+"""
+
+from amaranth import Cat, Const, Module, Mux, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.fifo import SyncFIFO, SyncFIFOBuffered
+from amaranth.lib.wiring import In, Out
+from amaranth.utils import ceil_log2
+
+from .bus import AXI4Signature, PacketStream
+
+__all__ = ["BW_WINDOW", "payload_cmd_layout", "payload_status_layout", "AxiInterconnect", "PayloadReader"]
+
+#: Length in clocks of one ``bw_cap`` accounting window.
+BW_WINDOW = 1024
+
+_ADDR_FIELDS = ("addr", "len", "size", "burst", "lock", "cache", "prot")
+
+#: One payload command: host address, length in bytes (0 .. ``max_payload``), and the inline flag:
+#: when set, the payload is the first ``len`` (at most 32) bytes of ``data`` (byte 0 = ``data[7:0]``).
+payload_cmd_layout = data.StructLayout({"addr": 64, "len": 13, "inline": 1, "data": 256})
+
+#: One status per command: ``error`` = some read beat of the command got SLVERR or DECERR.
+payload_status_layout = data.StructLayout({"error": 1})
+
+
+def _round_robin(m, name, reqs, last):
+    """Index of the first requester after ``last`` (cyclically), and whether there is any."""
+    n = len(reqs)
+    pick = Signal(range(max(n, 2)), name=f"{name}_pick")
+    with m.Switch(last):
+        for prev in range(n):
+            with m.Case(prev):
+                order = [(prev + 1 + k) % n for k in range(n)]
+                with m.If(reqs[order[0]]):
+                    m.d.comb += pick.eq(order[0])
+                for i in order[1:]:
+                    with m.Elif(reqs[i]):
+                        m.d.comb += pick.eq(i)
+    return pick, Cat(*reqs).any()
+
+
+class AxiInterconnect(wiring.Component):
+    """``n`` AXI4 masters onto one AXI4 port (64-bit data, 64-bit address).
+
+    Address channels (AR, AW): each master's request is first taken into a one-entry buffer
+    (``ready`` = buffer empty or being emptied), then a round-robin arbiter moves one buffered
+    request per clock into the output register; the master index ``i`` is prepended to the ID
+    (``m_axi.arid = Cat(s_i.arid, i)``). Latency: two clocks from a master's handshake to ``valid``
+    on ``m_axi``; throughput one burst per clock per channel. Reads and writes arbitrate
+    independently.
+
+    W: the index of every AW moved to the output register is queued (``w_order_depth`` entries);
+    W beats are taken only from the master at the head of that queue, until its ``wlast``. A
+    master's W is thus never taken before its AW has been granted (it may pass to ``m_axi`` before
+    the AW handshake there, as AXI4 allows).
+
+    R and B: routed combinationally by the top ID bits; the master sees its own ID back.
+
+    Bandwidth cap: with ``bw_cap`` = C > 0, time is cut into windows of :data:`BW_WINDOW` clocks
+    (a free-running counter from reset) and a burst on AR or AW counts ``len + 1`` beats in the
+    window of its handshake. An output register raises ``valid`` only when its burst fits:
+    ``P + beats <= C``, where ``P`` = beats already handshaken in this window plus the other
+    channel's burst whose ``valid`` is already up, or when ``P == 0`` (the first burst of a window
+    may be longer than C, so nothing hangs). A burst that does not fit waits for the next window.
+    Once raised, ``valid`` stays up until the handshake. Hence in every window the beats total at
+    most C, or the window holds exactly one burst (longer than C). When AR and AW both become
+    eligible in one clock and do not fit together, they take turns. C = 0: no cap.
+
+    Members
+    -------
+    s0 .. s{n-1} : ``In(AXI4Signature(addr_width=64, data_width=64, id_width=id_width))``
+        The masters (Verilog names ``s0__araddr``, ...).
+    m_axi : ``Out(AXI4Signature(addr_width=64, data_width=64, id_width=id_width + ceil_log2(n)))``
+        To host memory.
+    bw_cap : ``In(16)``
+        ``AXI_BW_CAP``: data beats per window, 0 = unlimited. Change only while the bus is idle.
+    """
+
+    def __init__(self, n, id_width=4, *, w_order_depth=4):
+        if not isinstance(n, int) or n < 1:
+            raise ValueError(f"n must be a positive integer, not {n!r}")
+        if not isinstance(id_width, int) or id_width < 1:
+            raise ValueError(f"id_width must be a positive integer, not {id_width!r}")
+        if not isinstance(w_order_depth, int) or w_order_depth < 1:
+            raise ValueError(f"w_order_depth must be a positive integer, not {w_order_depth!r}")
+        self._n, self._id_width, self._w_order_depth = n, id_width, w_order_depth
+        self._idx_bits = ceil_log2(n)
+        members = {f"s{i}": In(AXI4Signature(addr_width=64, data_width=64, id_width=id_width))
+                   for i in range(n)}
+        members["m_axi"] = Out(AXI4Signature(addr_width=64, data_width=64, id_width=id_width + self._idx_bits))
+        members["bw_cap"] = In(16)
+        super().__init__(members)
+
+    @property
+    def n(self):
+        return self._n
+
+    @property
+    def id_width(self):
+        return self._id_width
+
+    @property
+    def masters(self):
+        return [getattr(self, f"s{i}") for i in range(self._n)]
+
+    def elaborate(self, platform):
+        m = Module()
+        n, idw, ib = self._n, self._id_width, self._idx_bits
+        ms, axi = self.masters, self.m_axi
+
+        m.submodules.w_order = w_order = SyncFIFO(width=max(ib, 1), depth=self._w_order_depth)
+
+        # ---- AR / AW: per-master buffer, round-robin into the output register ------------------
+        out_full, out_len1, out_go = {}, {}, {}
+        for ch in ("ar", "aw"):
+            bvalid = [Signal(name=f"{ch}{i}_buf_valid") for i in range(n)]
+            bufs = [{f: Signal.like(getattr(s, ch + f), name=f"{ch}{i}_buf_{f}") for f in ("id",) + _ADDR_FIELDS}
+                    for i, s in enumerate(ms)]
+            take = [Signal(name=f"{ch}{i}_take") for i in range(n)]
+            last = Signal(range(max(n, 2)), name=f"{ch}_last")
+            full = Signal(name=f"{ch}_out_full")
+            go = Signal(name=f"{ch}_go")                # budget allows valid (see the cap logic)
+            valid, ready = getattr(axi, ch + "valid"), getattr(axi, ch + "ready")
+            m.d.comb += valid.eq(full & go)
+            hs = valid & ready
+            pick, anyreq = _round_robin(m, ch, bvalid, last)
+            load = ~full | hs
+            if ch == "aw":
+                load = load & w_order.w_rdy
+                m.d.comb += [w_order.w_en.eq(load & anyreq), w_order.w_data.eq(pick)]
+            for i, s in enumerate(ms):
+                s_valid, s_ready = getattr(s, ch + "valid"), getattr(s, ch + "ready")
+                m.d.comb += s_ready.eq(~bvalid[i] | take[i])
+                with m.If(s_valid & s_ready):
+                    m.d.sync += bvalid[i].eq(1)
+                    m.d.sync += [bufs[i][f].eq(getattr(s, ch + f)) for f in bufs[i]]
+                with m.Elif(take[i]):
+                    m.d.sync += bvalid[i].eq(0)
+            with m.If(load):
+                m.d.sync += full.eq(anyreq)
+                with m.If(anyreq):
+                    m.d.sync += last.eq(pick)
+                with m.Switch(pick):
+                    for i in range(n):
+                        with m.Case(i):
+                            m.d.comb += take[i].eq(anyreq)
+                            m.d.sync += getattr(axi, ch + "id").eq(Cat(bufs[i]["id"], Const(i, ib)))
+                            m.d.sync += [getattr(axi, ch + f).eq(bufs[i][f]) for f in _ADDR_FIELDS]
+            with m.Elif(hs):
+                m.d.sync += full.eq(0)
+            out_full[ch], out_go[ch] = full, go
+            out_len1[ch] = getattr(axi, ch + "len") + 1
+
+        # ---- bandwidth cap -----------------------------------------------------------------------
+        cap = self.bw_cap
+        window = Signal(range(BW_WINDOW))
+        used = Signal(20)                # beats handshaken in this window (< 2 * 1024 * 256)
+        ar_com, aw_com = Signal(), Signal()  # valid already up (committed, counted as reserved)
+        prio_aw = Signal()
+        lar, law = out_len1["ar"], out_len1["aw"]
+
+        def fits(p, beats):
+            return (cap == 0) | (p + beats <= cap) | (p == 0)
+
+        ar_new = out_full["ar"] & ~ar_com & fits(used + Mux(aw_com, law, 0), lar)
+        aw_new = out_full["aw"] & ~aw_com & fits(used + Mux(ar_com, lar, 0), law)
+        both_fit = (cap == 0) | (used + lar + law <= cap)
+        conflict = ar_new & aw_new & ~both_fit
+        m.d.comb += [
+            out_go["ar"].eq(ar_com | (ar_new & ~(conflict & prio_aw))),
+            out_go["aw"].eq(aw_com | (aw_new & ~(conflict & ~prio_aw))),
+        ]
+        ar_hs, aw_hs = axi.arvalid & axi.arready, axi.awvalid & axi.awready
+        m.d.sync += [
+            window.eq(window + 1),
+            ar_com.eq(axi.arvalid & ~axi.arready),
+            aw_com.eq(axi.awvalid & ~axi.awready),
+        ]
+        with m.If(conflict):
+            m.d.sync += prio_aw.eq(~prio_aw)
+        with m.If(window == BW_WINDOW - 1):
+            m.d.sync += used.eq(0)
+        with m.Else():
+            m.d.sync += used.eq(used + Mux(ar_hs, lar, 0) + Mux(aw_hs, law, 0))
+
+        # ---- W: in granted-AW order ----------------------------------------------------------------
+        head = w_order.r_data
+        with m.Switch(head):
+            for i, s in enumerate(ms):
+                with m.Case(i):
+                    m.d.comb += [
+                        axi.wvalid.eq(w_order.r_rdy & s.wvalid),
+                        axi.wdata.eq(s.wdata), axi.wstrb.eq(s.wstrb), axi.wlast.eq(s.wlast),
+                        s.wready.eq(w_order.r_rdy & axi.wready),
+                    ]
+        m.d.comb += w_order.r_en.eq(axi.wvalid & axi.wready & axi.wlast)
+
+        # ---- R / B: routed by the top ID bits -------------------------------------------------------
+        for ch, fields in (("r", ("data", "resp", "last")), ("b", ("resp",))):
+            mid = getattr(axi, ch + "id")
+            idx = mid[idw:] if ib else Const(0, 1)
+            for i, s in enumerate(ms):
+                m.d.comb += [
+                    getattr(s, ch + "valid").eq(getattr(axi, ch + "valid") & (idx == i)),
+                    getattr(s, ch + "id").eq(mid[:idw]),
+                ]
+                m.d.comb += [getattr(s, ch + f).eq(getattr(axi, ch + f)) for f in fields]
+            with m.Switch(idx):
+                for i, s in enumerate(ms):
+                    with m.Case(i):
+                        m.d.comb += getattr(axi, ch + "ready").eq(getattr(s, ch + "ready"))
+        return m
+
+
+class PayloadReader(wiring.Component):
+    """Reads packet payloads from host memory, in command order, realigned to lane 0.
+
+    Structure: the command stage splits each command into the bursts of
+    :func:`rnic.model.engine.split_bursts` (beat-aligned INCR, ``arsize`` 3, ID 0, at most
+    ``max_burst`` beats, never across 4 KiB), one AR per clock, for the current command and, as
+    soon as it is issued, the next ones. An AR is issued only if the data queue (``fifo_depth``
+    beats) has room for every beat of the burst not yet claimed by earlier bursts (a credit
+    counter: +beats at issue, -1 when a beat leaves the queue), so ``rready`` is constantly 1.
+
+    Beats are counted per command as they arrive; when a command's last beat has arrived its
+    status (OR of the beats' SLVERR/DECERR) is queued to ``status`` at once, independent of
+    ``payload``. The output stage keeps a two-beat window over the raw beats and shifts out
+    ``payload`` beats (first byte in lane 0), one per clock, with no bubble between commands
+    except where a command whose start is not 8-byte aligned needs one more raw beat than it has
+    payload beats (the memory also delivers that extra beat, so memory bandwidth is the limit).
+
+    Latency (clock edges, ``payload.ready`` = 1): command handshake to ``arvalid`` 2; R beat
+    handshake to its ``payload`` beat 4 (5 for a command not 8-byte aligned: its first beat waits
+    for a second raw beat); last R beat of a command to ``status.valid`` 1.
+
+    Members
+    -------
+    cmd : ``In(stream.Signature(payload_cmd_layout))``
+        One command per packet. ``ready`` depends on registers only: it is low while the current
+        command's bursts are being issued, or while ``cmd_depth`` commands have a status not yet
+        taken, or a queue is full.
+    max_burst : ``In(9)``
+        ``AXI_MAX_BURST``: 1..256 beats; 0 or above 256 acts as 256. Change only while idle.
+    m_axi : ``Out(AXI4Signature(addr_width=64, data_width=64, id_width=4))``
+        Host memory, read only (``awvalid`` = ``wvalid`` = 0, ``bready`` = 1, ``rready`` = 1).
+    payload : ``Out(PacketStream(64))``
+        For each command with ``len`` > 0: ceil(len/8) beats, keep all ones except on the ``last``
+        beat, whose keep is the low (len mod 8, or 8) lanes. Lanes outside ``keep`` are 0.
+        A command with a bus error still yields its beats (data undefined).
+    status : ``Out(stream.Signature(payload_status_layout))``
+        One per command, in command order (``len`` 0 and inline commands: ``error`` 0), valid
+        one clock after the command's last R beat, whether or not its payload has been taken.
+    """
+
+    def __init__(self, max_payload=4096, fifo_depth=512, *, cmd_depth=32, inline_depth=4):
+        if not isinstance(max_payload, int) or not 1 <= max_payload < 1 << 13:
+            raise ValueError(f"max_payload must be 1..8191 (the 13-bit len field), not {max_payload!r}")
+        if not isinstance(fifo_depth, int) or fifo_depth < 256:
+            raise ValueError(f"fifo_depth must be at least 256 (one longest burst), not {fifo_depth!r}")
+        for name, v in (("cmd_depth", cmd_depth), ("inline_depth", inline_depth)):
+            if not isinstance(v, int) or v < 2:
+                raise ValueError(f"{name} must be an integer of at least 2, not {v!r}")
+        self._max_payload, self._fifo_depth = max_payload, fifo_depth
+        self._cmd_depth, self._inline_depth = cmd_depth, inline_depth
+        super().__init__({
+            "cmd": In(stream.Signature(payload_cmd_layout)),
+            "max_burst": In(9),
+            "m_axi": Out(AXI4Signature(addr_width=64, data_width=64, id_width=4)),
+            "payload": Out(PacketStream(64)),
+            "status": Out(stream.Signature(payload_status_layout)),
+        })
+
+    @property
+    def max_payload(self):
+        return self._max_payload
+
+    @property
+    def fifo_depth(self):
+        return self._fifo_depth
+
+    @property
+    def cmd_depth(self):
+        return self._cmd_depth
+
+    def elaborate(self, platform):
+        m = Module()
+        axi, D, C = self.m_axi, self._fifo_depth, self._cmd_depth
+        beat_bits = ceil_log2(-(-self._max_payload // 8) + 2)      # payload beats and raw beats
+        pinfo_layout = data.StructLayout({
+            "off": 3,                  # byte offset of the first payload byte in the first raw beat
+            "nm1": beat_bits,          # payload beats - 1
+            "keep": 8,                 # keep of the last beat
+            "extra": 1,                # one more raw beat than payload beats (only when off != 0)
+            "inline": 1,
+        })
+
+        m.submodules.pinfo = pinfo = SyncFIFOBuffered(width=pinfo_layout.size, depth=C)
+        m.submodules.inline = inl = SyncFIFOBuffered(width=256, depth=self._inline_depth)
+        m.submodules.rbeats = rbeats = SyncFIFO(width=beat_bits, depth=C)
+        m.submodules.sorder = sorder = SyncFIFO(width=1, depth=C)
+        m.submodules.done = done = SyncFIFO(width=1, depth=C)
+        m.submodules.stat = stat = SyncFIFO(width=1, depth=C)
+        m.submodules.rdata = rdata = SyncFIFOBuffered(width=64, depth=D)
+
+        # ---- fixed AXI fields: read only, ID 0, 8-byte INCR ---------------------------------------
+        m.d.comb += [
+            axi.arid.eq(0), axi.arsize.eq(3), axi.arburst.eq(1), axi.arlock.eq(0), axi.arcache.eq(0),
+            axi.arprot.eq(0), axi.awvalid.eq(0), axi.wvalid.eq(0), axi.bready.eq(1), axi.rready.eq(1),
+        ]
+
+        # ---- command stage -------------------------------------------------------------------------
+        c = self.cmd.payload
+        off = c.addr[:3]
+        nonzero = c.len != 0
+        raw_beats = Signal(beat_bits)
+        m.d.comb += raw_beats.eq(Mux(nonzero & ~c.inline, (off + c.len + 7) >> 3, 0))
+        lm1 = Signal(13)
+        m.d.comb += lm1.eq(c.len - 1)
+        info = Signal(pinfo_layout)
+        m.d.comb += [
+            info.off.eq(Mux(c.inline, 0, off)),
+            info.nm1.eq(lm1[3:]),
+            info.keep.eq(Mux(c.len[:3] == 0, 0xFF, (Const(1, 9) << c.len[:3]) - 1)),
+            info.extra.eq(off + lm1[:3] >= 8),
+            info.inline.eq(c.inline),
+        ]
+        active = Signal()                    # bursts of the accepted command still to issue
+        a_addr = Signal(61)                  # next burst's beat address (address >> 3)
+        a_left = Signal(beat_bits)           # its beats not yet issued
+        owed = Signal(range(C + 1))          # accepted commands whose status is not yet taken
+        m.d.comb += self.cmd.ready.eq(~active & pinfo.w_rdy & inl.w_rdy & rbeats.w_rdy & sorder.w_rdy &
+                                      (owed != C))
+        accept = self.cmd.valid & self.cmd.ready
+        m.d.comb += [
+            pinfo.w_en.eq(accept & nonzero), pinfo.w_data.eq(info),
+            inl.w_en.eq(accept & nonzero & c.inline), inl.w_data.eq(c.data),
+            rbeats.w_en.eq(accept & (raw_beats != 0)), rbeats.w_data.eq(raw_beats),
+            sorder.w_en.eq(accept), sorder.w_data.eq(raw_beats == 0),
+        ]
+        with m.If(accept & (raw_beats != 0)):
+            m.d.sync += [active.eq(1), a_addr.eq(c.addr[3:]), a_left.eq(raw_beats)]
+
+        # ---- AR issue under the credit rule ----------------------------------------------------------
+        mb = self.max_burst
+        mb_eff = Mux((mb == 0) | (mb > 256), 256, mb)
+        to_page = 512 - a_addr[:9]
+        lim = Signal(range(513))             # min(max_burst, beats to the 4 KiB boundary)
+        m.d.comb += lim.eq(Mux(to_page < mb_eff, to_page, mb_eff))
+        beats = Signal(range(513))
+        m.d.comb += beats.eq(Mux(a_left < lim, a_left, lim))
+        reserved = Signal(range(D + 1))      # beats claimed: in flight on R or waiting in rdata
+        ar_load = active & (~axi.arvalid | axi.arready) & (reserved + beats <= D)
+        with m.If(ar_load):
+            m.d.sync += [
+                axi.arvalid.eq(1), axi.araddr.eq(Cat(Const(0, 3), a_addr)), axi.arlen.eq(beats - 1),
+                a_addr.eq(a_addr + beats), a_left.eq(a_left - beats),
+            ]
+            with m.If(a_left == beats):
+                m.d.sync += active.eq(0)
+        with m.Elif(axi.arready):
+            m.d.sync += axi.arvalid.eq(0)
+        raw_pop = rdata.r_en & rdata.r_rdy
+        m.d.sync += reserved.eq(reserved + Mux(ar_load, beats, 0) - raw_pop)
+
+        # ---- R: into the data queue; count beats per command; status --------------------------------
+        # ``rbeats`` holds the raw beat count of each command that reads memory; ``sorder`` one bit
+        # per command (1 = no read: status 0 at once) so statuses leave in command order; ``done``
+        # holds the error bit of a read command whose data has all arrived while an earlier
+        # no-read command still waited for its turn.
+        r_beat = axi.rvalid
+        r_err = r_beat & axi.rresp[1]                 # SLVERR (2) or DECERR (3)
+        m.d.comb += [rdata.w_en.eq(r_beat), rdata.w_data.eq(axi.rdata)]
+        got = Signal(beat_bits)
+        err = Signal()
+        total = got + r_beat
+        complete = rbeats.r_rdy & (total == rbeats.r_data)
+        with m.If(complete):
+            m.d.comb += rbeats.r_en.eq(1)
+            m.d.sync += [got.eq(0), err.eq(0)]
+        with m.Else():
+            m.d.sync += [got.eq(total), err.eq(err | r_err)]
+        bypass = sorder.r_rdy & ~sorder.r_data & ~done.r_rdy
+        m.d.comb += [done.w_en.eq(complete & ~bypass), done.w_data.eq(err | r_err)]
+        with m.If(sorder.r_rdy):
+            with m.If(sorder.r_data):
+                m.d.comb += [stat.w_en.eq(1), stat.w_data.eq(0), sorder.r_en.eq(1)]
+            with m.Elif(done.r_rdy):
+                m.d.comb += [stat.w_en.eq(1), stat.w_data.eq(done.r_data), sorder.r_en.eq(1), done.r_en.eq(1)]
+            with m.Elif(complete):
+                m.d.comb += [stat.w_en.eq(1), stat.w_data.eq(err | r_err), sorder.r_en.eq(1)]
+        m.d.comb += [
+            self.status.valid.eq(stat.r_rdy), self.status.payload.error.eq(stat.r_data),
+            stat.r_en.eq(self.status.ready),
+        ]
+        status_taken = self.status.valid & self.status.ready
+        m.d.sync += owed.eq(owed + accept - status_taken)
+
+        # ---- output: two-beat window over raw beats, shifted into lane 0 ----------------------------
+        hd = pinfo_layout(pinfo.r_data)
+        j = Signal(beat_bits)                     # payload beat of the head command
+        is_last = j == hd.nm1
+        w0, w1 = Signal(64), Signal(64)
+        have = Signal(range(3))                   # raw beats in the window
+        need2 = (hd.off != 0) & (~is_last | hd.extra)
+        take2 = (hd.off != 0) & is_last & hd.extra
+        out = self.payload
+        advance = ~out.valid | out.ready
+        go = advance & pinfo.r_rdy & (hd.inline | Mux(need2, have == 2, have != 0))
+        consume = Signal(2)
+        with m.If(go & ~hd.inline):
+            m.d.comb += consume.eq(Mux(take2, 2, 1))
+        left = Signal(range(3))
+        m.d.comb += left.eq(have - consume)
+        m.d.comb += rdata.r_en.eq(left != 2)
+        with m.Switch(left):
+            with m.Case(0):
+                m.d.sync += w0.eq(rdata.r_data)
+            with m.Case(1):
+                with m.If(consume == 1):
+                    m.d.sync += w0.eq(w1)
+                m.d.sync += w1.eq(rdata.r_data)
+        m.d.sync += have.eq(left + raw_pop)
+
+        shifted = Signal(64)
+        m.d.comb += shifted.eq(Cat(w0, w1) >> Cat(Const(0, 3), hd.off))
+        word = inl.r_data.word_select(j[:2], 64)
+        keep = Mux(is_last, hd.keep, 0xFF)
+        mask = Cat(*(keep[i].replicate(8) for i in range(8)))
+        with m.If(go):
+            m.d.sync += [
+                out.valid.eq(1),
+                out.payload.data.eq(Mux(hd.inline, word, shifted) & mask),
+                out.payload.keep.eq(keep),
+                out.payload.last.eq(is_last),
+                j.eq(Mux(is_last, 0, j + 1)),
+            ]
+        with m.Elif(out.ready):
+            m.d.sync += out.valid.eq(0)
+        m.d.comb += [pinfo.r_en.eq(go & is_last), inl.r_en.eq(go & is_last & hd.inline)]
+        return m
