@@ -1,0 +1,395 @@
+"""cocotb tests of the whole engine (``rnic.hdl.rnic.Rnic``) against the golden model.
+
+Each test builds a :class:`rnic.sim.scenario.Workload` (QPs, CQs, WQEs, payload, injected bus
+errors), loads its memory image into cocotbext-axi's ``AxiRam`` (random latency, random ready),
+issues its register writes over AXI4-Lite exactly as a driver would, waits until STATUS.IDLE,
+flushes the QP context cache (QPC_CMD = FLUSH) and compares frames (byte for byte, in order), host
+memory (QP contexts, CQ contexts, CQ rings) and the registers with the model's.
+
+Seeds: ``RNIC_SEED``; printed by the runner and by every test.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+from pathlib import Path
+
+import cocotb
+import pytest
+from cocotb.clock import Clock
+from cocotb.queue import Queue
+from cocotb.triggers import ClockCycles, RisingEdge
+from cocotb.utils import get_sim_time
+
+from rnic.model.descriptor import LinkMode
+from rnic.model.engine import HostMemory
+from rnic.model.qpc import PathMtu, QpState, ServiceType
+from rnic.model.regs import REG
+from rnic.model.wqe import CqeStatus, CqState, WqeFlags, WqeOpcode
+from rnic.sim.scenario import (CHECKED_REGS, MEM_SIZE, WorkloadBuilder, compare, expected, random_workload)
+
+MAX_QPS = 256
+CLOCK_NS = 4
+BENCH = os.environ.get("RNIC_BENCH")
+
+
+def _clock() -> int:
+    return int(get_sim_time(unit="ns")) // CLOCK_NS
+
+
+class HostRam:
+    """AxiRam holding a workload's memory image, with its bus-error ranges, random latency and ready."""
+
+    def __init__(self, dut, rng: random.Random):
+        from cocotbext.axi import AxiBus, AxiRam
+        logging.getLogger(f"cocotb.{dut._name}.m_axi").setLevel(logging.ERROR)
+        self.ram = AxiRam(AxiBus.from_prefix(dut, "m_axi", bus_separator="__"), dut.clk, dut.rst, size=MEM_SIZE)
+        self.rng, self.dut = rng, dut
+        self.mem = HostMemory()
+        self.latency = (0, 0)
+        rd, wr = self.ram.read_if, self.ram.write_if
+        orig_read, orig_write = rd._read, wr._write
+
+        def failing(errors, addr, n):
+            return any(addr < hi and lo < addr + n for lo, hi, _ in errors)
+
+        async def _read(address, length):
+            await self._delay()
+            if failing(self.mem.read_errors, address, length):
+                raise OSError("injected read error")
+            return await orig_read(address, length)
+
+        async def _write(address, data):
+            if failing(self.mem.write_errors, address, len(data)):
+                raise OSError("injected write error")
+            return await orig_write(address, data)
+
+        rd._read, wr._write = _read, _write
+        self.fixed_latency = 0
+        orig_recv = rd.ar_channel.recv
+        self._ars = Queue()
+
+        async def pump():
+            while True:
+                ar = await orig_recv()
+                self._ars.put_nowait((_clock(), ar))
+
+        async def recv():
+            t, ar = await self._ars.get()
+            wait = t + self.fixed_latency - _clock()
+            if wait > 0:
+                await ClockCycles(dut.clk, wait)
+            return ar
+
+        cocotb.start_soon(pump())
+        rd.ar_channel.recv = recv
+        self.channels = (rd.ar_channel, rd.r_channel, wr.aw_channel, wr.w_channel, wr.b_channel)
+
+    def load(self, mem: HostMemory, latency=(0, 0), pause=0.0, fixed_latency=0):
+        """Replace the memory image and error ranges; set latency (clocks, on 15 % of beats) and
+        the probability of a pause on every AXI channel."""
+        self.ram.write(0, bytes(MEM_SIZE))
+        for page, content in mem.pages.items():
+            self.ram.write(page * 4096, bytes(content))
+        self.mem, self.latency, self.fixed_latency = mem, latency, fixed_latency
+        for ch in self.channels:
+            if pause:
+                r = random.Random(self.rng.randrange(1 << 30))
+                ch.set_pause_generator(iter(lambda r=r: r.random() < pause, None))
+            else:
+                ch.clear_pause_generator()
+
+    async def _delay(self):
+        lo, hi = self.latency
+        if hi and self.rng.random() < 0.15:
+            await ClockCycles(self.dut.clk, self.rng.randint(lo, hi))
+
+    def read(self, addr, n):
+        return self.ram.read(addr, n)
+
+
+class TB:
+    def __init__(self, dut, seed: int):
+        from cocotbext.axi import AxiLiteBus, AxiLiteMaster, AxiStreamBus, AxiStreamSink
+        self.dut = dut
+        self.reseed(seed)
+        cocotb.start_soon(Clock(dut.clk, CLOCK_NS, unit="ns").start())
+        for name in ("s_axil", "m_axis"):
+            logging.getLogger(f"cocotb.{dut._name}.{name}").setLevel(logging.WARNING)
+        self.axil = AxiLiteMaster(AxiLiteBus.from_prefix(dut, "s_axil", bus_separator="__"), dut.clk, dut.rst)
+        self.sink = AxiStreamSink(AxiStreamBus.from_prefix(dut, "m_axis", bus_separator="__"), dut.clk, dut.rst)
+        self.ram = HostRam(dut, self.rng)
+
+    def reseed(self, seed: int):
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.dut._log.info("seed %d (rerun with RNIC_SEED=%d)", seed, seed)
+
+    async def reset(self):
+        self.dut.rst.value = 1
+        await ClockCycles(self.dut.clk, 4)
+        self.dut.rst.value = 0
+        await ClockCycles(self.dut.clk, 2)
+
+    def backpressure(self, p: float):
+        if p:
+            r = random.Random(self.rng.randrange(1 << 30))
+            self.sink.set_pause_generator(iter(lambda: r.random() < p, None))
+        else:
+            self.sink.clear_pause_generator()
+
+    async def read_reg(self, name: str) -> int:
+        return await self.axil.read_dword(REG[name].offset)
+
+    async def run(self, w, *, latency=(0, 0), pause=0.0, sink_pause=0.0, timeout=2_000_000, fixed_latency=0):
+        """Run workload ``w`` on the RTL from reset and compare with the model; returns the model."""
+        dut = self.dut
+        self.ram.rng = self.rng
+        self.ram.load(w.mem, latency, pause, fixed_latency)
+        self.backpressure(sink_pause)
+        await self.reset()
+        while not self.sink.empty():
+            self.sink.recv_nowait()
+        model = expected(w)
+        for offset, value in w.writes:
+            await self.axil.write_dword(offset, value)
+        clocks = 0
+        while not (await self.read_reg("STATUS")) & 1:
+            await ClockCycles(dut.clk, 50)
+            clocks += 50
+            assert clocks < timeout, f"seed {self.seed}: not idle after {timeout} clocks"
+        await self.axil.write_dword(REG["QPC_CMD"].offset, 2)          # FLUSH
+        while (await self.read_reg("QPC_CMD_STATUS")) & 1:
+            await ClockCycles(dut.clk, 10)
+        assert (await self.read_reg("QPC_CMD_STATUS")) >> 1 == 0, "QPC FLUSH failed"
+        frames, aborted = [], 0
+        while not self.sink.empty():
+            f = self.sink.recv_nowait()
+            user = f.tuser[-1] if isinstance(f.tuser, list) else f.tuser
+            if user:
+                aborted += 1
+            else:
+                frames.append(bytes(f.tdata))
+        regs = {name: await self.read_reg(name) for name in CHECKED_REGS}
+        mismatches = compare(w, model, frames, self.ram.read, regs)
+        status = await self.read_reg("STATUS")
+        if bool(status >> 1 & 1) != bool(int(dut.irq.value)):
+            mismatches.append(f"irq pin {int(dut.irq.value)} but STATUS.IRQ {status >> 1 & 1}")
+        want_irq = bool(model.reg("INT_STATUS") & model.reg("INT_ENABLE"))
+        if want_irq != bool(int(dut.irq.value)):
+            mismatches.append(f"irq pin {int(dut.irq.value)}, model {int(want_irq)}")
+        dut._log.info("seed %d: %d frames, %d aborted, %d CQEs, %d clocks to idle", self.seed, len(frames), aborted,
+                      len(model.cqes), clocks)
+        assert not mismatches, f"seed {self.seed}: RTL differs from the model:\n  " + "\n  ".join(mismatches)
+        return model
+
+
+def _seed() -> int:
+    return int(os.environ.get("RNIC_SEED", "1"), 0)
+
+
+_ALL_OPS = {ServiceType.RC: (WqeOpcode.SEND, WqeOpcode.SEND_WITH_IMM, WqeOpcode.RDMA_WRITE,
+                             WqeOpcode.RDMA_WRITE_WITH_IMM, WqeOpcode.RDMA_READ),
+            ServiceType.UC: (WqeOpcode.SEND, WqeOpcode.RDMA_WRITE_WITH_IMM),
+            ServiceType.UD: (WqeOpcode.SEND, WqeOpcode.SEND_WITH_IMM)}
+
+
+@cocotb.test(skip=bool(BENCH))
+async def test_every_mode_and_opcode(dut):
+    """Each link mode x service x opcode, one- and multi-packet, inline and zero-length."""
+    seed = _seed()
+    tb = TB(dut, seed)
+    rng = tb.rng
+    b = WorkloadBuilder(15, rng=rng, quota=4, max_qps=MAX_QPS)
+    qpn = 0
+    for mode in LinkMode:
+        for service, ops in _ALL_OPS.items():
+            b.cq(qpn)
+            b.qp(qpn, service=service, mode=mode, mtu=PathMtu.MTU_256)
+            for op in ops:
+                lengths = (0, 300) if service == ServiceType.UD else (0, 1, 700)
+                if service == ServiceType.UD:
+                    lengths = (0, 200)
+                for n in lengths:
+                    b.post(qpn, op, n)
+                if op != WqeOpcode.RDMA_READ:
+                    b.post(qpn, op, 11, flags=WqeFlags.SIGNALED | WqeFlags.INLINE)
+            qpn += 1
+    w = b.build()
+    await tb.run(w)
+
+
+@cocotb.test(skip=bool(BENCH))
+async def test_random_traffic(dut):
+    """Random QPs, opcodes, lengths, MTUs and quotas, random memory latency and ready, random sink
+    backpressure."""
+    seed = _seed()
+    tb = TB(dut, seed)
+    for k in range(int(os.environ.get("RNIC_ROUNDS", "3"))):
+        tb.reseed(seed + k)
+        w = random_workload(tb.rng, nqps=tb.rng.randrange(1, 9), wqes=5, max_len=6000, max_qps=MAX_QPS)
+        await tb.run(w, latency=(1, 60), pause=0.2, sink_pause=tb.rng.choice([0.0, 0.3]))
+
+
+
+# --- benchmark (RNIC_BENCH=<json path>; python -m rnic.sim.bench_engine) ------------------------------
+
+class FrameClock:
+    """Watches m_axis: the clock of every beat transferred and of every frame's first beat."""
+
+    def __init__(self, dut):
+        self.dut, self.beats, self.starts, self.ends = dut, [], [], []
+        cocotb.start_soon(self._watch())
+
+    async def _watch(self):
+        d, first = self.dut, True
+        while True:
+            await RisingEdge(d.clk)
+            if int(d.m_axis__tvalid.value) and int(d.m_axis__tready.value):
+                t = _clock()
+                self.beats.append(t)
+                if first:
+                    self.starts.append(t)
+                first = bool(int(d.m_axis__tlast.value))
+                if first:
+                    self.ends.append(t)
+
+
+async def _bench_efficiency(tb, nqps, size, mtu, messages, latency):
+    """Unsignaled SENDs of ``size`` bytes, round robin over ``nqps`` QPs; sink always ready.
+    Efficiency = ideal beats / clocks from the first beat to the last (both included)."""
+    b = WorkloadBuilder(nqps, rng=tb.rng, quota=16, max_qps=MAX_QPS)
+    for q in range(nqps):
+        b.cq(q)
+        b.qp(q, mtu=mtu, mode=LinkMode.ROCEV2_IPV4, sgid_index=0)
+    for k in range(messages):
+        b.post(k % nqps, WqeOpcode.SEND, size, flags=WqeFlags(0))
+    w = b.build()
+    watch = FrameClock(tb.dut)
+    model = await tb.run(w, fixed_latency=latency)
+    ideal = sum(-(-len(p.frame()) // 8) for p in model.packets)
+    span = watch.beats[-1] - watch.beats[0] + 1
+    return {"qps": nqps, "size": size, "mtu": mtu.bytes, "messages": messages, "mem_latency": latency,
+            "frames": len(model.packets), "ideal_beats": ideal, "clocks": span, "efficiency": round(ideal / span, 4)}
+
+
+async def _bench_latency(tb, latency):
+    """Doorbell (the DB_SQ_PI write's W handshake) to the first frame beat, for a QP whose context is
+    not cached (first doorbell after reset) and for the same QP again (cached)."""
+    dut = tb.dut
+    b = WorkloadBuilder(1, rng=tb.rng, max_qps=MAX_QPS)
+    b.cq(0)
+    b.qp(0, mtu=PathMtu.MTU_1024, sgid_index=0)
+    b.post(0, WqeOpcode.SEND, 64, flags=WqeFlags(0))
+    b.post(0, WqeOpcode.SEND, 64, flags=WqeFlags(0))
+    w = b.build(doorbells=[])
+    tb.ram.load(w.mem, fixed_latency=latency)
+    tb.backpressure(0)
+    await tb.reset()
+    for offset, value in w.writes:                     # configuration, ENABLE = 1
+        await tb.axil.write_dword(offset, value)
+    watch = FrameClock(dut)
+    out = {}
+    for name, pi in (("miss", 1), ("hit", 2)):
+        await tb.axil.write_dword(REG["DB_QPN"].offset, 0)
+        t0 = _clock()
+        await tb.axil.write_dword(REG["DB_SQ_PI"].offset, pi)
+        while len(watch.starts) < pi:
+            await RisingEdge(dut.clk)
+        out[f"doorbell_to_first_byte_{name}"] = watch.starts[-1] - t0
+        while not (await tb.read_reg("STATUS")) & 1:
+            await ClockCycles(dut.clk, 10)
+    return out
+
+
+@cocotb.test(skip=not BENCH)
+async def bench(dut):
+    tb = TB(dut, _seed())
+    results = {"latency": [], "efficiency": []}
+    for latency in (1, 50, 500):
+        r = await _bench_latency(tb, latency)
+        r["mem_latency"] = latency
+        results["latency"].append(r)
+    for latency in (1, 50, 500):
+        for nqps in (1, 16):
+            for size, mtu, messages in ((64, PathMtu.MTU_1024, 64), (4096, PathMtu.MTU_4096, 16),
+                                        (4096, PathMtu.MTU_1024, 16)):
+                results["efficiency"].append(await _bench_efficiency(tb, nqps, size, mtu, messages, latency))
+    Path(BENCH).write_text(json.dumps(results, indent=1))
+
+# --- pytest side -------------------------------------------------------------------------------------
+
+def build_rnic():
+    from rnic.hdl.rnic import Rnic
+    from rnic.sim.toolchain import build
+    return build(lambda: Rnic(max_qps=MAX_QPS), "rnic", f"rnic-q{MAX_QPS}")
+
+
+def test_rnic():
+    from rnic.sim.toolchain import run, seed_from_env
+    run(build_rnic(), "test_rnic", seed=seed_from_env(), test_dir=Path(__file__).resolve().parent)
+
+
+def error_workload(rng: random.Random):
+    """One QP per bad-input class of docs/engine.md, interleaved with healthy QPs on the same engine."""
+    b = WorkloadBuilder(16, rng=rng, quota=3, max_qps=MAX_QPS)
+    for c in range(16):
+        b.cq(c, log_size=2 if c == 9 else 6)
+    for q in range(14):
+        b.qp(q, service=ServiceType.UD if q == 3 else ServiceType.RC, mtu=PathMtu.MTU_512,
+             mode=rng.choice(list(LinkMode)), state=QpState.INIT if q == 5 else QpState.RTS)
+    healthy = (0, 10, 11, 12)
+    for q in healthy:
+        for _ in range(4):
+            b.post(q, rng.choice([WqeOpcode.SEND, WqeOpcode.RDMA_WRITE]), rng.randrange(0, 1500))
+    b.post(1, 0x09, 10)                                       # unknown opcode
+    b.post(1, WqeOpcode.SEND, 10)                             # flushed
+    b.post(2, WqeOpcode.ATOMIC_CMP_SWAP, 8)                   # reserved opcode
+    b.post(4, WqeOpcode.SEND, (1 << 31) + 1)                  # length above 2^31
+    b.post(3, WqeOpcode.SEND, 600)                            # UD length above the MTU
+    b.post(3, WqeOpcode.SEND, 100)
+    b.post(5, WqeOpcode.SEND, 64)                             # QP not in RTS: doorbell rejected
+    b.post(6, WqeOpcode.SEND, 64)                             # producer index jump (below)
+    b.post(7, WqeOpcode.SEND, 64)
+    b.post(7, WqeOpcode.SEND, 64)                             # WQE fetch error on slot 1
+    b.post(7, WqeOpcode.SEND, 64)
+    slot = b.drv.qps[7].sq_base + 64
+    b.mem.add_read_error(slot, slot + 64)
+    wqe = b.post(8, WqeOpcode.SEND, 3000)                     # payload error in the 4th packet
+    lo = (wqe.local_addr + 3 * 512 + 10) // 64 * 64
+    b.mem.add_read_error(lo, lo + 64)
+    b.post(8, WqeOpcode.RDMA_WRITE, 100)
+    for _ in range(6):                                        # CQ 9 holds 3 CQEs + the overflow
+        b.post(9, WqeOpcode.SEND, 20)
+    b.post(13, WqeOpcode.SEND, 20)                            # CQE write error on CQ 13
+    b.post(13, WqeOpcode.SEND, 20)
+    ring13 = 0x04_0000 + 13 * 0x2000
+    b.mem.add_write_error(ring13, ring13 + 64)
+    b.qp(14)
+    b.post(14, WqeOpcode.SEND, 20)                            # its QP context cannot be read
+    rec = 0x01_0000 + 14 * 128
+    b.mem.add_read_error(rec, rec + 128)
+    w_doorbells = [(q, None) for q in (0, 1, 2, 3, 4, 5, 7, 8, 9, 10, 11, 12, 13, 14)]
+    w_doorbells.insert(3, (6, (1 << 8) + 2))                  # log_sq_size 8: 257 ahead is too far
+    w_doorbells.insert(5, (200, 1))                           # QPN beyond QPC_SIZE (16)
+    w_doorbells.insert(7, (MAX_QPS + 3, 1))                   # QPN beyond the scheduler (QPC_SIZE 512)
+    b.config.qpc_size = 512
+    return b.build(w_doorbells)
+
+
+@cocotb.test(skip=bool(BENCH))
+async def test_bad_input(dut):
+    """Every bad-input class at once, beside healthy QPs: error CQEs, ERROR states, flushes, error
+    registers and counters exactly as the model; the healthy QPs' frames and CQEs unaffected."""
+    seed = _seed()
+    tb = TB(dut, seed)
+    w = error_workload(tb.rng)
+    model = await tb.run(w, latency=(1, 20), pause=0.1, sink_pause=0.2)
+    statuses = {c.cqe.status for c in model.cqes}
+    for st in (CqeStatus.LOC_QP_OP_ERR, CqeStatus.LOC_LEN_ERR, CqeStatus.WR_FLUSH_ERR, CqeStatus.QP_STATE_ERR,
+               CqeStatus.SQ_OVERFLOW, CqeStatus.WQE_FETCH_ERR, CqeStatus.PAYLOAD_READ_ERR, CqeStatus.CQ_OVERFLOW):
+        assert st in statuses, f"the workload did not exercise {st.name}"
+    assert model.reg("CQE_DROPS") > 0 and model.reg("ERR_STATUS") == (1 << 10) - 1 - (1 << 9)

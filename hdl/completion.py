@@ -1,0 +1,241 @@
+"""Completion writer: CQEs into completion-queue rings, CQ consumer-index doorbells.
+
+One command at a time, each a short sequence of AXI4 accesses to the CQ context table and the CQ
+ring (``docs/engine.md``, "Completions"): read the CQ context (16 bytes, 2 beats), check it, write the
+32-byte CQE (4 beats), then write context bytes 0-7 (1 beat, ``pi + 1`` and the state). A
+``SET_CI`` command reads the context and writes bytes 0-7 back with the new consumer index. Every
+error the model (:meth:`rnic.model.engine.EngineModel._complete`) reports is reported here in the
+same order, one per clock on ``err``.
+"""
+
+from amaranth import Const, Module, Mux, Signal
+from amaranth.lib import data, enum, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..model.regs import ErrBit
+from ..model.wqe import CQE_FLAG_SQ, CQE_FIELDS, CQC_FIELDS, CqeStatus, CqState
+from .bus import AXI4Signature
+
+__all__ = ["CqOp", "cq_cmd_layout", "err_layout", "CqeWriter"]
+
+MAX_LOG_RING = 15
+
+
+class CqOp(enum.Enum, shape=1):
+    CQE = 0      # write one CQE to CQ ``cqn``
+    SET_CI = 1   # CQ_DB_CI: store ``ci`` in CQ context ``cqn``
+
+
+cq_cmd_layout = data.StructLayout({
+    "op": CqOp, "cqn": 24, "ci": 16,
+    "wr_id": 64, "byte_len": 32, "qpn": 24, "opcode": 8, "status": 8, "wqe_index": 16,
+})
+
+#: One error report (ErrBit, the QPN or CQN it concerns, the CQE status involved or 0).
+err_layout = data.StructLayout({"valid": 1, "bit": 4, "qpn": 24, "status": 8})
+
+cqe_layout = data.StructLayout({name: width for name, _, width in CQE_FIELDS})
+_CQE_OFFSETS = {name: off for name, off, _ in CQE_FIELDS}
+_CQC = {name: (off, width) for name, off, width in CQC_FIELDS}
+
+
+class CqeWriter(wiring.Component):
+    """Writes CQEs and consumer indices; one command at a time.
+
+    Members
+    -------
+    cmd : In(stream of :data:`cq_cmd_layout`)
+        Accepted only when idle; the writer then owns ``m_axi`` until ``done``.
+    done : Out(stream of ``{"qp_error": 1}``)
+        One per command. ``qp_error`` = 1: the CQE was dropped or took the CQ's last slot, so the
+        QP must move to ERROR (the caller does that).
+    cq_base, cq_size : In
+        CQ_BASE (bits 4:0 ignored) and CQ_SIZE registers.
+    m_axi : Out(AXI4Signature(64, 64, 4))
+        One access at a time, ID 0.
+    err : Out(:data:`err_layout`)
+        Error reports, at most one per clock.
+    inc_cqe_count, inc_cqe_drops, inc_bus_errors, cqe_written : Out(1)
+        One-clock strobes for the counters and the interrupt moderation.
+    """
+
+    def __init__(self):
+        super().__init__({
+            "cmd": In(stream.Signature(cq_cmd_layout)),
+            "done": Out(stream.Signature(data.StructLayout({"qp_error": 1}))),
+            "cq_base": In(64),
+            "cq_size": In(25),
+            "m_axi": Out(AXI4Signature(addr_width=64, data_width=64, id_width=4)),
+            "err": Out(err_layout),
+            "inc_cqe_count": Out(1),
+            "inc_cqe_drops": Out(1),
+            "inc_bus_errors": Out(1),
+            "cqe_written": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        axi = self.m_axi
+        c = Signal(cq_cmd_layout)
+        err_qpn = Signal(24)               # the QPN errors name: the CQN for SET_CI
+
+        st = Signal(8)
+        log_size = Signal(8)
+        pi = Signal(16)
+        ci = Signal(16)
+        ring_base = Signal(64)
+        overflow = Signal()
+        qp_error = Signal()
+        rbeat = Signal(1)
+        rerr = Signal()
+        wbeat = Signal(2)
+        berr = Signal()
+
+        ctx_addr = Signal(64)
+        m.d.comb += ctx_addr.eq((self.cq_base & ~0x1F) + (c.cqn << 5))
+        size = Signal(17)
+        m.d.comb += size.eq(Const(1, 17) << log_size[:4])
+        used = Signal(16)
+        m.d.comb += used.eq(pi - ci)
+        slot_addr = Signal(64)
+        m.d.comb += slot_addr.eq((ring_base & ~0x1F) + ((pi & (size - 1)[:16]) << 5))
+
+        cqe = Signal(cqe_layout)
+        m.d.comb += [
+            cqe.wr_id.eq(c.wr_id), cqe.byte_len.eq(Mux(overflow, 0, c.byte_len)), cqe.qpn.eq(c.qpn),
+            cqe.opcode.eq(c.opcode), cqe.status.eq(Mux(overflow, CqeStatus.CQ_OVERFLOW, c.status)),
+            cqe.flags.eq(CQE_FLAG_SQ), cqe.wqe_index.eq(c.wqe_index),
+            cqe.owner.eq(~(pi >> log_size[:4])[0]),
+        ]
+        cqe_bits = Signal(256)
+        for name, off, width in CQE_FIELDS:
+            m.d.comb += cqe_bits[off:off + width].eq(getattr(cqe, name))
+        ctx_word = Signal(64)
+        for name, sig in (("state", st), ("log_size", log_size), ("pi", pi), ("ci", ci)):
+            off, width = _CQC[name]
+            m.d.comb += ctx_word[off:off + width].eq(sig)
+
+        def report(bit, status=0):
+            m.d.comb += [self.err.valid.eq(1), self.err.bit.eq(int(bit)), self.err.qpn.eq(err_qpn),
+                         self.err.status.eq(int(status))]
+
+        m.d.comb += [axi.arsize.eq(3), axi.arburst.eq(1), axi.awsize.eq(3), axi.awburst.eq(1),
+                     axi.bready.eq(1), axi.rready.eq(1)]
+
+        def write(prefix, addr, beats, beat_data, on_ok, on_err):
+            """States ``prefix``-AW/-W/-B: one INCR burst; then ``on_ok()`` / ``on_err()`` (after
+            the write response)."""
+            with m.State(f"{prefix}-AW"):
+                m.d.comb += [axi.awvalid.eq(1), axi.awaddr.eq(addr), axi.awlen.eq(beats - 1)]
+                m.d.sync += [wbeat.eq(0), berr.eq(0)]
+                with m.If(axi.awready):
+                    m.next = f"{prefix}-W"
+            with m.State(f"{prefix}-W"):
+                m.d.comb += [axi.wvalid.eq(1), axi.wdata.eq(beat_data(wbeat)), axi.wstrb.eq(0xFF),
+                             axi.wlast.eq(wbeat == beats - 1)]
+                with m.If(axi.wready):
+                    m.d.sync += wbeat.eq(wbeat + 1)
+                    with m.If(wbeat == beats - 1):
+                        m.next = f"{prefix}-B"
+            with m.State(f"{prefix}-B"):
+                with m.If(axi.bvalid):
+                    with m.If(axi.bresp[1]):
+                        m.d.comb += self.inc_bus_errors.eq(1)
+                        report(ErrBit.BUS_CQ)
+                        on_err()
+                    with m.Else():
+                        on_ok()
+
+        def goto(state):
+            def f():
+                m.next = state
+            return f
+
+        with m.FSM():
+            with m.State("Idle"):
+                m.d.comb += self.cmd.ready.eq(1)
+                with m.If(self.cmd.valid):
+                    m.d.sync += [c.eq(self.cmd.payload), overflow.eq(0), qp_error.eq(0),
+                                 err_qpn.eq(Mux(self.cmd.payload.op == CqOp.SET_CI, self.cmd.payload.cqn,
+                                                 self.cmd.payload.qpn))]
+                    m.next = "Check-CQN"
+            with m.State("Check-CQN"):
+                with m.If(c.cqn >= self.cq_size):
+                    with m.If(c.op == CqOp.SET_CI):
+                        report(ErrBit.CQ_DB_BAD_CQN)
+                        m.next = "Done"
+                    with m.Else():
+                        m.next = "Drop"
+                with m.Else():
+                    m.next = "Read-AR"
+            with m.State("Read-AR"):
+                m.d.comb += [axi.arvalid.eq(1), axi.araddr.eq(ctx_addr), axi.arlen.eq(1)]
+                m.d.sync += [rbeat.eq(0), rerr.eq(0)]
+                with m.If(axi.arready):
+                    m.next = "Read-R"
+            with m.State("Read-R"):
+                with m.If(axi.rvalid):
+                    m.d.sync += [rbeat.eq(1), rerr.eq(rerr | axi.rresp[1])]
+                    with m.If(rbeat == 0):
+                        m.d.sync += [st.eq(axi.rdata[0:8]), log_size.eq(axi.rdata[8:16]),
+                                     pi.eq(axi.rdata[32:48]), ci.eq(axi.rdata[48:64])]
+                    with m.Else():
+                        m.d.sync += ring_base.eq(axi.rdata)
+                    with m.If(axi.rlast):
+                        m.next = "Read-Check"
+            with m.State("Read-Check"):
+                with m.If(rerr):
+                    m.d.comb += self.inc_bus_errors.eq(1)
+                    report(ErrBit.BUS_CQ)
+                    with m.If(c.op == CqOp.SET_CI):
+                        m.next = "Done"
+                    with m.Else():
+                        m.next = "Drop"
+                with m.Elif(c.op == CqOp.SET_CI):
+                    m.d.sync += ci.eq(c.ci)
+                    m.next = "SetCI-AW"
+                with m.Elif((st != CqState.ACTIVE) | (log_size == 0) | (log_size > MAX_LOG_RING)):
+                    m.next = "Drop"
+                with m.Elif(used >= size):
+                    m.d.sync += st.eq(CqState.ERROR)
+                    m.next = "Full-AW"
+                with m.Else():
+                    m.d.sync += overflow.eq(used == size - 1)
+                    m.next = "CQE-AW"
+
+            write("SetCI", ctx_addr, 1, lambda i: ctx_word, goto("Done"), goto("Done"))
+            write("Full", ctx_addr, 1, lambda i: ctx_word, goto("Full-Report"), goto("Full-Report"))
+            with m.State("Full-Report"):
+                report(ErrBit.CQ_OVERFLOW)
+                m.next = "Drop"
+            write("CQE", slot_addr, 4, lambda i: cqe_bits.word_select(i, 64), goto("CQE-Ok"), goto("CQE-Failed"))
+            with m.State("CQE-Failed"):
+                m.d.sync += st.eq(CqState.ERROR)
+                m.next = "Bad-AW"
+            write("Bad", ctx_addr, 1, lambda i: ctx_word, goto("Drop"), goto("Drop"))
+            with m.State("CQE-Ok"):
+                m.d.sync += pi.eq(pi + 1)
+                with m.If(overflow):
+                    m.d.sync += st.eq(CqState.ERROR)
+                m.next = "Ctx-AW"
+            write("Ctx", ctx_addr, 1, lambda i: ctx_word, goto("Written"), goto("Drop"))
+            with m.State("Written"):
+                m.d.comb += [self.inc_cqe_count.eq(1), self.cqe_written.eq(1)]
+                with m.If(overflow):
+                    m.next = "Overflow-Report"
+                with m.Else():
+                    m.next = "Done"
+            with m.State("Overflow-Report"):
+                report(ErrBit.CQ_OVERFLOW, CqeStatus.CQ_OVERFLOW)
+                m.d.sync += qp_error.eq(1)
+                m.next = "Done"
+            with m.State("Drop"):
+                m.d.comb += self.inc_cqe_drops.eq(1)
+                report(ErrBit.CQE_DROPPED)
+                m.d.sync += qp_error.eq(1)
+                m.next = "Done"
+            with m.State("Done"):
+                m.d.comb += [self.done.valid.eq(1), self.done.payload.qp_error.eq(qp_error)]
+                with m.If(self.done.ready):
+                    m.next = "Idle"
+        return m

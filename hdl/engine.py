@@ -1,0 +1,604 @@
+"""Descriptor engine: doorbells -> scheduler -> WQE fetch -> segmentation -> packets -> completions.
+
+The behaviour is :class:`rnic.model.engine.EngineModel`'s (``docs/engine.md``); this file is its
+hardware form. One control FSM does the work in the model's order:
+
+* a **doorbell** (from the register block's FIFO) is checked against the QP context (read through
+  the QP context cache), accepted (``SET_SQ_PI``) or rejected with an error CQE, and the QP joins
+  the **ready list** (a FIFO of ``max_qps`` entries plus one *scheduled* bit per QP, so a QP is in it
+  at most once);
+* a **turn** pops the head QP, reads its context and does up to ``SCHED_QUOTA`` steps;
+* a **send step** fetches the WQE (one 8-beat burst on ``m_axi``), validates it and then **issues**
+  packets: a header descriptor to the packet builder and a payload command to the payload reader,
+  up to ``window`` packets ahead of their **commit**. A packet commits when the payload reader
+  reports that all its data arrived; only then are its PSN (``ADD_PSN``) and counters updated, so a
+  payload bus error leaves the QP exactly as the model does. Packets issued after a failing one
+  are aborted by :class:`FrameGate` (``tuser``) and never counted;
+* the issue window never spans two WQEs: the next WQE is fetched when the current one has retired;
+* completions go through :class:`rnic.hdl.completion.CqeWriter`.
+
+Doorbells are taken only between turns (a doorbell written during a turn takes effect at the next
+turn boundary, which ``docs/engine.md`` allows). A partly sent message keeps its byte offset in its
+ready-list entry; its WQE is read again at the next turn.
+"""
+
+from amaranth import Cat, Const, Module, Mux, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+from amaranth.utils import ceil_log2, exact_log2
+
+from ..model.engine import MAX_LOG_RING
+from ..model.opcodes import Opcode
+from ..model.qpc import QpcCacheConfig, ServiceType
+from ..model.regs import ErrBit
+from ..model.wqe import INLINE_MAX_RC, INLINE_MAX_UD, MAX_MESSAGE, WQE_FIELDS, CqeStatus, WqeFlags, WqeOpcode
+from .bus import AXI4Signature, PacketStream
+from .completion import CqeWriter, CqOp, cq_cmd_layout, err_layout
+from .descriptor import DescriptorLayout
+from .qp_cache import Op, QpState, Status, record_layout, request_layout, response_layout
+
+__all__ = ["wqe_layout", "inc_layout", "doorbell_layout", "cq_doorbell_layout", "rd_cmd_layout",
+           "DescriptorEngine", "FrameGate"]
+
+#: The 64-byte WQE with both layouts (RC/UC and UD) overlaid, fields at their WQE_FIELDS offsets.
+wqe_layout = data.FlexibleLayout(512, {name: data.Field(width, off) for name, off, width, _ in WQE_FIELDS})
+
+#: Counter increments per clock, in the register block's order.
+inc_layout = data.StructLayout({"db_errors": 1, "wqe_count": 1, "pkt_count": 1, "byte_count": 13,
+                                "cqe_count": 1, "cqe_drops": 1, "wqe_errors": 1, "flush_count": 1,
+                                "bus_errors": 2})
+doorbell_layout = data.StructLayout({"qpn": 24, "pi": 16})
+cq_doorbell_layout = data.StructLayout({"cqn": 24, "ci": 16})
+#: One packet's payload for the payload reader: ``len`` bytes from ``addr``, or inline from ``data``.
+rd_cmd_layout = data.StructLayout({"addr": 64, "len": 13, "inline": 1, "data": 256})
+status_layout = data.StructLayout({"error": 1})
+group_layout = data.StructLayout({"start": 1})
+
+_SEND_OPS = (WqeOpcode.SEND, WqeOpcode.SEND_WITH_IMM)
+_IMM_OPS = (WqeOpcode.SEND_WITH_IMM, WqeOpcode.RDMA_WRITE_WITH_IMM)
+
+
+def _in(sig, values):
+    out = Const(0)
+    for v in values:
+        out = out | (sig == int(v))
+    return out
+
+
+class DescriptorEngine(wiring.Component):
+    """The engine's control path (see the module docstring).
+
+    Parameters
+    ----------
+    cache_cfg : QpcCacheConfig
+        Of the QP context cache it talks to (for the request tag width).
+    max_qps : int
+        Power of two: QPNs the scheduler can hold (doorbells for ``qpn >= max_qps`` are rejected
+        as DB_BAD_QPN, like ``qpn >= QPC_SIZE``).
+    window : int
+        Packets issued ahead of their commit.
+
+    Members
+    -------
+    doorbell, cq_doorbell : In(stream)
+        From the register block; taken between turns.
+    qpc_req / qpc_resp : stream
+        To / from :class:`rnic.hdl.qp_cache.QpCache`; one request outstanding at a time.
+    m_axi : Out(AXI4Signature)
+        WQE reads (8-beat bursts, ID 0); read only.
+    m_axi_cq : Out(AXI4Signature)
+        The completion writer's accesses.
+    desc : Out(stream of DescriptorLayout)
+        To the packet builder, one per packet, in wire order.
+    rd_cmd : Out(stream of :data:`rd_cmd_layout`), group : Out(stream)
+        One each per packet, to the payload reader and to :class:`FrameGate`.
+    status : In(stream)
+        Per packet, in order, from :class:`FrameGate`: the payload read's result.
+    err, inc, cqe_written, idle : Out
+        To the register block.
+    """
+
+    def __init__(self, cache_cfg: QpcCacheConfig | None = None, *, max_qps: int = 256, window: int = 16):
+        self.cache_cfg = cache_cfg = cache_cfg or QpcCacheConfig()
+        exact_log2(max_qps)
+        if not 2 <= window <= 64:
+            raise ValueError(f"window must be 2..64, not {window!r}")
+        self.max_qps, self.window = max_qps, window
+        super().__init__({
+            "enable": In(1), "qpc_size": In(25), "quota": In(16), "port_lid": In(16),
+            "cq_base": In(64), "cq_size": In(25),
+            "sgid_index": Out(4), "sgid_gid": In(128), "sgid_mac": In(48), "sgid_vlan_id": In(12),
+            "sgid_vlan_present": In(1),
+            "doorbell": In(stream.Signature(doorbell_layout)),
+            "cq_doorbell": In(stream.Signature(cq_doorbell_layout)),
+            "qpc_req": Out(stream.Signature(request_layout(cache_cfg))),
+            "qpc_resp": In(stream.Signature(response_layout(cache_cfg))),
+            "m_axi": Out(AXI4Signature(addr_width=64, data_width=64, id_width=4)),
+            "m_axi_cq": Out(AXI4Signature(addr_width=64, data_width=64, id_width=4)),
+            "desc": Out(stream.Signature(DescriptorLayout)),
+            "rd_cmd": Out(stream.Signature(rd_cmd_layout)),
+            "group": Out(stream.Signature(group_layout)),
+            "status": In(stream.Signature(status_layout)),
+            "err": Out(err_layout),
+            "inc": Out(inc_layout),
+            "cqe_written": Out(1),
+            "idle": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        max_qps, window = self.max_qps, self.window
+        qbits = exact_log2(max_qps)
+
+        m.submodules.cqw = cqw = CqeWriter()
+        wiring.connect(m, wiring.flipped(self.m_axi_cq), cqw.m_axi)
+        m.d.comb += [cqw.cq_base.eq(self.cq_base), cqw.cq_size.eq(self.cq_size),
+                     self.cqe_written.eq(cqw.cqe_written)]
+
+        # --- state ----------------------------------------------------------------------------------
+        qpn = Signal(24)
+        pi = Signal(16)
+        ctx = Signal(record_layout)
+        wqe_raw = Signal(512)
+        wqe = data.View(wqe_layout, wqe_raw)
+        offset = Signal(32)            # byte offset of the current message (partial messages)
+        steps = Signal(17)
+        flush_mode = Signal()
+        rerr = Signal()
+        rbeat = Signal(3)
+
+        issue_off = Signal(32)
+        issue_psn = Signal(24)
+        inflight = Signal(range(window + 1))
+        squash = Signal()
+        issued_last = Signal()
+        sent = Signal(3)               # desc, rd_cmd, group transferred in this Issue
+
+        # completion to write / retire
+        cq_cmd = Signal(cq_cmd_layout)
+        do_cqe = Signal()
+        ret = Signal(2)                # 0: Loop, 1: Send-Loop, 2: doorbell (no retire)
+        RET_LOOP, RET_SEND, RET_DB = 0, 1, 2
+        retire_cnt = Signal(2)         # 0: none, 1: wqe_errors, 2: flush_count
+        psn_arg = Signal(24)           # PSNs the committing packet consumed
+        commit_last = Signal()
+
+        err = self.err
+        inc = self.inc
+
+        def report(bit, status=0, who=qpn):
+            m.d.comb += [err.valid.eq(1), err.bit.eq(bit), err.qpn.eq(who), err.status.eq(status)]
+
+        m.d.comb += [
+            err.eq(cqw.err),
+            inc.cqe_count.eq(cqw.inc_cqe_count), inc.cqe_drops.eq(cqw.inc_cqe_drops),
+        ]
+        bus_err_fsm = Signal()
+        m.d.comb += inc.bus_errors.eq(cqw.inc_bus_errors + bus_err_fsm)
+
+        # --- ready list -----------------------------------------------------------------------------
+        m.submodules.ready = rdy = SyncFIFOBuffered(width=24 + 32, depth=max_qps)
+        m.submodules.sched = sched = Memory(shape=1, depth=max_qps, init=[])
+        sched_w = sched.write_port()
+        sched_r = sched.read_port(transparent_for=(sched_w,))
+        m.d.comb += sched_r.addr.eq(qpn[:qbits])
+        m.d.comb += sched_w.addr.eq(qpn[:qbits])
+
+        # --- per-packet bookkeeping between issue and commit ----------------------------------------
+        info_layout = data.StructLayout({"seg": 13, "psns": 24, "last": 1})
+        m.submodules.info = info = SyncFIFOBuffered(width=info_layout.size, depth=window)
+        info_w = data.View(info_layout, info.w_data)
+        info_r = data.View(info_layout, info.r_data)
+
+        # --- derived values of the current QP and WQE -----------------------------------------------
+        quota = Signal(17)
+        m.d.comb += quota.eq(Mux(self.quota == 0, 1, self.quota))
+        ud = Signal()
+        m.d.comb += ud.eq(ctx.service == ServiceType.UD)
+        log_mtu = Signal(4)
+        m.d.comb += log_mtu.eq(ctx.path_mtu[:3] + 7)
+        mtu = Signal(13)
+        m.d.comb += mtu.eq(Const(1, 13) << log_mtu)
+        inline = Signal()
+        m.d.comb += inline.eq(wqe.flags[3])
+        op = wqe.opcode
+        is_read = Signal()
+        m.d.comb += is_read.eq(op == WqeOpcode.RDMA_READ)
+        self_sgid = ctx.sgid_index
+        m.d.comb += self.sgid_index.eq(self_sgid[:4])
+
+        validate = Signal(8)
+        ctx_ok = ((ctx.service <= 2) & (ctx.path_mtu >= 1) & (ctx.path_mtu <= 5) & (ctx.link_mode <= 4)
+                  & (ctx.sgid_index < 16))
+        allowed = Mux(ctx.service == ServiceType.RC, (op >= 1) & (op <= 5),
+                      Mux(ctx.service == ServiceType.UC, (op >= 1) & (op <= 4), (op >= 1) & (op <= 2)))
+        cap = Mux(ud, INLINE_MAX_UD, INLINE_MAX_RC)
+        with m.If(~ctx_ok | ~allowed | (inline & is_read)):
+            m.d.comb += validate.eq(CqeStatus.LOC_QP_OP_ERR)
+        with m.Elif((wqe.length > MAX_MESSAGE) | (inline & (wqe.length > cap)) | (ud & (wqe.length > mtu))):
+            m.d.comb += validate.eq(CqeStatus.LOC_LEN_ERR)
+
+        remaining = Signal(32)
+        m.d.comb += remaining.eq(wqe.length - issue_off)
+        seg = Signal(13)
+        first = Signal()
+        last = Signal()
+        psns = Signal(24)
+        with m.If(is_read):
+            m.d.comb += [seg.eq(0), last.eq(1),
+                         psns.eq(Mux(wqe.length == 0, 1, (wqe.length + mtu - 1) >> log_mtu))]
+        with m.Else():
+            m.d.comb += [seg.eq(Mux(remaining > mtu, mtu, remaining)), last.eq(remaining <= mtu), psns.eq(1)]
+        m.d.comb += first.eq(issue_off == 0)
+
+        # BTH opcode of this packet
+        base = Mux(ctx.service == ServiceType.UD, 0x60, Mux(ctx.service == ServiceType.UC, 0x20, 0x00))
+        imm_op = _in(op, _IMM_OPS)
+        send_op = _in(op, _SEND_OPS)
+        low = Signal(8)
+        with m.If(first & last):
+            m.d.comb += low.eq(Mux(imm_op, 5, 4))
+        with m.Elif(first):
+            m.d.comb += low.eq(0)
+        with m.Elif(last):
+            m.d.comb += low.eq(Mux(imm_op, 3, 2))
+        with m.Else():
+            m.d.comb += low.eq(1)
+        bth_op = Signal(8)
+        m.d.comb += bth_op.eq(Mux(is_read, int(Opcode.RC_RDMA_READ_REQUEST), base | (low + Mux(send_op, 0, 6))))
+
+        d = self.desc.payload
+        has_reth = is_read | (~send_op & first)
+        m.d.comb += [
+            d.mode.eq(ctx.link_mode), d.payload_len.eq(seg),
+            d.dst_mac.eq(Mux(ud, wqe.dst_mac, ctx.dst_mac)), d.src_mac.eq(self.sgid_mac),
+            d.vlan_present.eq(self.sgid_vlan_present),
+            d.vlan_tci.eq(Mux(self.sgid_vlan_present, Cat(self.sgid_vlan_id, Const(0, 1), ctx.sl[:3]), 0)),
+            d.src_gid.eq(self.sgid_gid), d.dst_gid.eq(Mux(ud, wqe.dst_gid, ctx.dst_gid)),
+            d.traffic_class.eq(ctx.traffic_class), d.flow_label.eq(ctx.flow_label),
+            d.hop_limit.eq(ctx.hop_limit), d.ip_id.eq(issue_psn[:16]), d.udp_sport.eq(ctx.udp_sport),
+            d.sl.eq(ctx.sl), d.dlid.eq(Mux(ud, wqe.dlid, ctx.dlid)), d.slid.eq(self.port_lid),
+            d.opcode.eq(bth_op),
+            d.se.eq(wqe.flags[1] & last & (send_op | (op == WqeOpcode.RDMA_WRITE_WITH_IMM))),
+            d.pkey.eq(ctx.pkey), d.dest_qp.eq(Mux(ud, wqe.dest_qpn, ctx.dest_qpn)),
+            d.ackreq.eq(last), d.psn.eq(issue_psn),
+            d.reth_va.eq(Mux(has_reth, wqe.remote_addr, 0)), d.reth_rkey.eq(Mux(has_reth, wqe.rkey, 0)),
+            d.reth_dma_len.eq(Mux(has_reth, wqe.length, 0)),
+            d.imm.eq(Mux(last & imm_op, wqe.imm, 0)),
+            d.deth_qkey.eq(Mux(ud, Mux(wqe.qkey[31], ctx.qkey, wqe.qkey), 0)),
+            d.deth_src_qp.eq(Mux(ud, qpn, 0)),
+        ]
+        c = self.rd_cmd.payload
+        m.d.comb += [c.addr.eq(wqe.local_addr + issue_off), c.len.eq(seg), c.inline.eq(inline),
+                     c.data.eq(wqe_raw[256:512])]
+        m.d.comb += self.group.payload.start.eq(inflight == 0)
+        m.d.comb += [info_w.seg.eq(seg), info_w.psns.eq(psns), info_w.last.eq(last)]
+
+        # --- AXI: WQE fetch ---------------------------------------------------------------------------
+        axi = self.m_axi
+        m.d.comb += [axi.arsize.eq(3), axi.arburst.eq(1), axi.arlen.eq(7), axi.rready.eq(1), axi.bready.eq(1),
+                     axi.araddr.eq((ctx.sq_base & ~0x3F) + ((ctx.sq_ci & ((Const(1, 17) << ctx.log_sq_size[:4]) - 1)) << 6))]
+
+        # --- the control FSM ---------------------------------------------------------------------------
+        req = self.qpc_req.payload
+
+        def goto(state):
+            def f(ok):
+                m.next = state
+            return f
+
+        def cache(name, op_, arg, on_resp):
+            """States ``name`` (request) and ``name``-Resp; ``on_resp(ok)`` runs with the response."""
+            with m.State(name):
+                m.d.comb += [self.qpc_req.valid.eq(1), req.op.eq(op_), req.qpn.eq(qpn), req.arg.eq(arg)]
+                with m.If(self.qpc_req.ready):
+                    m.next = f"{name}-Resp"
+            with m.State(f"{name}-Resp"):
+                m.d.comb += self.qpc_resp.ready.eq(1)
+                with m.If(self.qpc_resp.valid):
+                    ok = self.qpc_resp.payload.status == Status.OK
+                    with m.If(ok):
+                        m.d.sync += ctx.eq(self.qpc_resp.payload.record)
+                    on_resp(ok)
+
+        def set_cqe(status, with_wqe=True, byte_len=0):
+            m.d.sync += [cq_cmd.op.eq(CqOp.CQE), cq_cmd.cqn.eq(ctx.cqn), cq_cmd.qpn.eq(qpn),
+                         cq_cmd.status.eq(status), cq_cmd.wqe_index.eq(ctx.sq_ci), cq_cmd.byte_len.eq(byte_len),
+                         cq_cmd.wr_id.eq(wqe.wr_id if with_wqe else 0),
+                         cq_cmd.opcode.eq(wqe.opcode if with_wqe else 0)]
+
+        can_issue = (~squash & ~issued_last & (inflight < window) & (steps + inflight < quota))
+
+        with m.FSM() as fsm:
+            with m.State("Idle"):
+                with m.If(self.doorbell.valid):
+                    m.d.comb += self.doorbell.ready.eq(1)
+                    m.d.sync += [qpn.eq(self.doorbell.payload.qpn), pi.eq(self.doorbell.payload.pi)]
+                    m.next = "DB"
+                with m.Elif(self.cq_doorbell.valid):
+                    m.d.comb += self.cq_doorbell.ready.eq(1)
+                    m.d.sync += [cq_cmd.op.eq(CqOp.SET_CI), cq_cmd.cqn.eq(self.cq_doorbell.payload.cqn),
+                                 cq_cmd.ci.eq(self.cq_doorbell.payload.ci)]
+                    m.next = "CQ-DB"
+                with m.Elif(self.enable & rdy.r_rdy):
+                    m.d.comb += rdy.r_en.eq(1)
+                    m.d.sync += [qpn.eq(rdy.r_data[:24]), offset.eq(rdy.r_data[24:])]
+                    m.next = "Turn"
+
+            # doorbells
+            with m.State("CQ-DB"):
+                m.d.comb += [cqw.cmd.valid.eq(1), cqw.cmd.payload.eq(cq_cmd)]
+                with m.If(cqw.cmd.ready):
+                    m.next = "CQ-DB-Wait"
+            with m.State("CQ-DB-Wait"):
+                m.d.comb += cqw.done.ready.eq(1)
+                with m.If(cqw.done.valid):
+                    m.next = "Idle"
+
+            with m.State("DB"):
+                with m.If((qpn >= self.qpc_size) | (qpn >= max_qps)):
+                    m.d.comb += inc.db_errors.eq(1)
+                    report(ErrBit.DB_BAD_QPN)
+                    m.next = "Idle"
+                with m.Else():
+                    m.next = "DB-Lookup"
+
+            def db_lookup(ok):
+                with m.If(ok):
+                    m.next = "DB-Check"
+                with m.Else():
+                    m.d.comb += [inc.db_errors.eq(1), bus_err_fsm.eq(1)]
+                    report(ErrBit.BUS_QPC)
+                    m.next = "Idle"
+            cache("DB-Lookup", Op.LOOKUP, 0, db_lookup)
+
+            with m.State("DB-Check"):
+                ahead = Signal(16)
+                m.d.comb += ahead.eq(pi - ctx.sq_ci)
+                status = Signal(8)
+                with m.If((ctx.log_sq_size > MAX_LOG_RING) | (ahead > (Const(1, 17) << ctx.log_sq_size[:4]))):
+                    m.d.comb += status.eq(CqeStatus.SQ_OVERFLOW)
+                with m.Elif((ctx.state != QpState.RTS) & (ctx.state != QpState.ERROR)):
+                    m.d.comb += status.eq(CqeStatus.QP_STATE_ERR)
+                with m.If(status != 0):
+                    m.d.comb += inc.db_errors.eq(1)
+                    report(ErrBit.DB_REJECTED, status)
+                    m.d.sync += [cq_cmd.op.eq(CqOp.CQE), cq_cmd.cqn.eq(ctx.cqn), cq_cmd.qpn.eq(qpn),
+                                 cq_cmd.status.eq(status), cq_cmd.wqe_index.eq(pi), cq_cmd.byte_len.eq(0),
+                                 cq_cmd.wr_id.eq(0), cq_cmd.opcode.eq(0),
+                                 do_cqe.eq(1), ret.eq(RET_DB), retire_cnt.eq(0)]
+                    m.next = "Fail-SetError"
+                with m.Else():
+                    m.next = "DB-SetPI"
+
+            cache("DB-SetPI", Op.SET_SQ_PI, pi, goto("DB-Schedule"))
+
+            with m.State("DB-Schedule"):
+                # sched_r.data is the scheduled bit of qpn (qpn has been stable for many clocks)
+                with m.If((ctx.sq_ci != ctx.sq_pi) & ~sched_r.data):
+                    m.d.comb += [rdy.w_en.eq(1), rdy.w_data.eq(Cat(qpn, Const(0, 32))),
+                                 sched_w.en.eq(1), sched_w.data.eq(1)]
+                m.next = "Idle"
+
+            # a turn
+            def turn_lookup(ok):
+                with m.If(ok):
+                    m.d.sync += steps.eq(0)
+                    m.next = "Loop"
+                with m.Else():
+                    m.d.comb += bus_err_fsm.eq(1)
+                    report(ErrBit.BUS_QPC)
+                    m.d.comb += [sched_w.en.eq(1), sched_w.data.eq(0)]
+                    m.next = "Idle"
+            cache("Turn", Op.LOOKUP, 0, turn_lookup)
+
+            with m.State("Loop"):
+                with m.If((steps >= quota) | (ctx.sq_ci == ctx.sq_pi)):
+                    m.next = "Turn-End"
+                with m.Elif(ctx.state == QpState.ERROR):
+                    m.d.sync += flush_mode.eq(1)
+                    m.next = "Fetch"
+                with m.Elif(ctx.state == QpState.RTS):
+                    m.d.sync += flush_mode.eq(0)
+                    m.next = "Fetch"
+                with m.Else():
+                    m.next = "Turn-End"
+
+            with m.State("Fetch"):
+                m.d.comb += axi.arvalid.eq(1)
+                m.d.sync += [rbeat.eq(0), rerr.eq(0)]
+                with m.If(axi.arready):
+                    m.next = "Fetch-R"
+            with m.State("Fetch-R"):
+                with m.If(axi.rvalid):
+                    m.d.sync += [wqe_raw.eq(Cat(wqe_raw[64:], axi.rdata)), rerr.eq(rerr | axi.rresp[1]),
+                                 rbeat.eq(rbeat + 1)]
+                    with m.If(axi.rlast):
+                        m.next = "Fetched"
+            with m.State("Fetched"):
+                m.d.sync += [do_cqe.eq(1), ret.eq(RET_LOOP)]
+                with m.If(rerr):
+                    m.d.comb += bus_err_fsm.eq(1)
+                    report(ErrBit.BUS_WQE, CqeStatus.WQE_FETCH_ERR)
+                    m.d.sync += steps.eq(steps + 1)
+                    with m.If(flush_mode):
+                        set_cqe(CqeStatus.WR_FLUSH_ERR, with_wqe=False)
+                        m.d.sync += retire_cnt.eq(2)
+                        m.next = "Complete"
+                    with m.Else():
+                        set_cqe(CqeStatus.WQE_FETCH_ERR, with_wqe=False)
+                        m.d.sync += retire_cnt.eq(1)
+                        m.next = "Fail-SetError"
+                with m.Elif(flush_mode):
+                    set_cqe(CqeStatus.WR_FLUSH_ERR)
+                    m.d.sync += [steps.eq(steps + 1), retire_cnt.eq(2)]
+                    m.next = "Complete"
+                with m.Elif((offset == 0) & (validate != 0)):
+                    report(ErrBit.WQE_ERROR, validate)
+                    set_cqe(validate)
+                    m.d.sync += [steps.eq(steps + 1), retire_cnt.eq(1)]
+                    m.next = "Fail-SetError"
+                with m.Else():
+                    m.d.sync += [issue_off.eq(offset), issue_psn.eq(ctx.next_psn), inflight.eq(0), squash.eq(0),
+                                 issued_last.eq(0), sent.eq(0)]
+                    m.next = "Send-Loop"
+
+            with m.State("Send-Loop"):
+                with m.If(info.r_rdy & self.status.valid):
+                    m.next = "Commit"
+                with m.Elif(can_issue):
+                    m.next = "Issue"
+                with m.Elif(inflight == 0):
+                    with m.If(squash | issued_last):
+                        m.next = "Loop"
+                    with m.Else():
+                        m.d.sync += offset.eq(issue_off)
+                        m.next = "Turn-End"
+
+            with m.State("Issue"):
+                m.d.comb += [self.desc.valid.eq(~sent[0]), self.rd_cmd.valid.eq(~sent[1]),
+                             self.group.valid.eq(~sent[2])]
+                now = Cat(sent[0] | self.desc.ready, sent[1] | self.rd_cmd.ready, sent[2] | self.group.ready)
+                m.d.sync += sent.eq(now)
+                with m.If(now.all()):
+                    m.d.comb += info.w_en.eq(1)
+                    m.d.sync += [sent.eq(0), inflight.eq(inflight + 1), issue_off.eq(issue_off + seg),
+                                 issue_psn.eq(issue_psn + psns), issued_last.eq(last)]
+                    m.next = "Send-Loop"
+
+            with m.State("Commit"):
+                m.d.comb += [info.r_en.eq(1), self.status.ready.eq(1)]
+                m.d.sync += inflight.eq(inflight - 1)
+                with m.If(squash):
+                    m.next = "Send-Loop"
+                with m.Elif(self.status.payload.error):
+                    m.d.comb += bus_err_fsm.eq(1)
+                    report(ErrBit.BUS_PAYLOAD, CqeStatus.PAYLOAD_READ_ERR)
+                    set_cqe(CqeStatus.PAYLOAD_READ_ERR)
+                    m.d.sync += [squash.eq(1), steps.eq(steps + 1), do_cqe.eq(1), ret.eq(RET_SEND),
+                                 retire_cnt.eq(1)]
+                    m.next = "Fail-SetError"
+                with m.Else():
+                    m.d.comb += [inc.pkt_count.eq(1), inc.byte_count.eq(info_r.seg)]
+                    m.d.sync += [steps.eq(steps + 1), do_cqe.eq(wqe.flags[0]), ret.eq(RET_SEND),
+                                 retire_cnt.eq(0)]
+                    with m.If(info_r.last):
+                        set_cqe(CqeStatus.SUCCESS, byte_len=wqe.length)
+                    m.d.sync += [psn_arg.eq(info_r.psns), commit_last.eq(info_r.last)]
+                    m.next = "Commit-PSN"
+
+            def commit_psn(ok):
+                with m.If(commit_last):
+                    m.next = "Complete"
+                with m.Else():
+                    m.next = "Send-Loop"
+            cache("Commit-PSN", Op.ADD_PSN, psn_arg, commit_psn)
+
+            # retire / fail: [SET_ERROR] -> [CQE] -> [SET_ERROR if the CQE was dropped] -> SET_SQ_CI
+            with m.State("Fail-SetError"):
+                with m.If(ctx.state == QpState.ERROR):
+                    m.next = "Complete"
+                with m.Else():
+                    m.next = "Set-Error"
+            cache("Set-Error", Op.SET_ERROR, 0, goto("Complete"))
+
+            with m.State("Complete"):
+                with m.If(do_cqe):
+                    m.d.comb += [cqw.cmd.valid.eq(1), cqw.cmd.payload.eq(cq_cmd)]
+                    with m.If(cqw.cmd.ready):
+                        m.next = "Complete-Wait"
+                with m.Else():
+                    m.next = "Completed"
+            with m.State("Complete-Wait"):
+                m.d.comb += cqw.done.ready.eq(1)
+                with m.If(cqw.done.valid):
+                    with m.If(cqw.done.payload.qp_error & (ctx.state != QpState.ERROR)):
+                        m.next = "Drop-SetError"
+                    with m.Else():
+                        m.next = "Completed"
+            cache("Drop-SetError", Op.SET_ERROR, 0, goto("Completed"))
+
+            with m.State("Completed"):
+                with m.If(ret == RET_DB):
+                    m.next = "DB-Schedule"
+                with m.Else():
+                    m.next = "Retire"
+
+            def retired(ok):
+                m.d.comb += [inc.wqe_count.eq(1), inc.wqe_errors.eq(retire_cnt == 1),
+                             inc.flush_count.eq(retire_cnt == 2)]
+                m.d.sync += offset.eq(0)
+                with m.If(ret == RET_SEND):
+                    m.next = "Send-Loop"
+                with m.Else():
+                    m.next = "Loop"
+            cache("Retire", Op.SET_SQ_CI, ctx.sq_ci + 1, retired)
+
+            with m.State("Turn-End"):
+                with m.If((ctx.sq_ci != ctx.sq_pi) &
+                          ((ctx.state == QpState.RTS) | (ctx.state == QpState.ERROR))):
+                    m.d.comb += [rdy.w_en.eq(1), rdy.w_data.eq(Cat(qpn, offset))]
+                with m.Else():
+                    m.d.comb += [sched_w.en.eq(1), sched_w.data.eq(0)]
+                    m.d.sync += offset.eq(0)
+                m.next = "Idle"
+
+        m.d.comb += self.idle.eq(fsm.ongoing("Idle") & ~rdy.r_rdy & ~self.doorbell.valid &
+                                 ~self.cq_doorbell.valid)
+        return m
+
+
+class FrameGate(wiring.Component):
+    """Marks the frames of failed packets aborted, and forwards payload-read results to the engine.
+
+    Per packet (in order) it takes the payload reader's ``rd_status`` and the engine's ``group``
+    entry; ``abort = error | (poisoned & ~start)``, where *poisoned* is set by an error and cleared by
+    a packet with ``start`` (the engine issues one with ``start`` = 1 whenever it has no packet in
+    flight, so only packets issued behind a failing one are poisoned). ``abort`` goes into a FIFO
+    that is read at each frame's last beat (``user`` |= abort); a last beat waits for its entry.
+
+    Members
+    -------
+    rd_status : In(stream ``{error}``), group : In(stream ``{start}``)
+    status : Out(stream ``{error}``)
+        To the engine; never holds more than the engine's window.
+    frame_in : In(PacketStream(64, user 1)), frame_out : Out(PacketStream(64, user 1))
+    """
+
+    def __init__(self, window: int = 16, depth: int = 32):
+        self.window, self.depth = window, depth
+        super().__init__({
+            "rd_status": In(stream.Signature(status_layout)),
+            "group": In(stream.Signature(group_layout)),
+            "status": Out(stream.Signature(status_layout)),
+            "frame_in": In(PacketStream(64, user_width=1)),
+            "frame_out": Out(PacketStream(64, user_width=1)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.aborts = aborts = SyncFIFOBuffered(width=1, depth=self.depth)
+        m.submodules.results = results = SyncFIFOBuffered(width=1, depth=self.window)
+        poisoned = Signal()
+        take = self.rd_status.valid & self.group.valid & aborts.w_rdy & results.w_rdy
+        error = self.rd_status.payload.error
+        start = self.group.payload.start
+        m.d.comb += [self.rd_status.ready.eq(take), self.group.ready.eq(take),
+                     aborts.w_en.eq(take), aborts.w_data.eq(error | (poisoned & ~start)),
+                     results.w_en.eq(take), results.w_data.eq(error)]
+        with m.If(take):
+            m.d.sync += poisoned.eq((poisoned & ~start) | error)
+        m.d.comb += [self.status.valid.eq(results.r_rdy), self.status.payload.error.eq(results.r_data),
+                     results.r_en.eq(self.status.ready)]
+
+        fin, fout = self.frame_in, self.frame_out
+        is_last = fin.payload.last
+        gate_ok = ~is_last | aborts.r_rdy
+        m.d.comb += [fout.valid.eq(fin.valid & gate_ok), fout.payload.eq(fin.payload),
+                     fin.ready.eq(fout.ready & gate_ok)]
+        with m.If(is_last):
+            m.d.comb += fout.payload.user.eq(fin.payload.user | aborts.r_data)
+        m.d.comb += aborts.r_en.eq(fin.valid & fout.ready & is_last & aborts.r_rdy)
+        return m

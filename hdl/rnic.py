@@ -1,0 +1,121 @@
+"""The whole RNIC transmit engine: registers, descriptor engine, QP context cache, payload DMA,
+packet builder, on one AXI4 master, one AXI4-Lite slave and one AXI4-Stream frame output.
+
+``docs/README.md`` draws the data path. Host AXI is 64 bits wide; the frame stream is 64 bits.
+"""
+
+from amaranth import Module, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..model.qpc import QpcCacheConfig
+from ..model.regs import caps
+from .bus import AXI4LiteSignature, AXI4Signature, AXIStreamSignature, stream_to_axis
+from .dma import AxiInterconnect, PayloadReader
+from .engine import DescriptorEngine, FrameGate
+from .packet_builder import PacketBuilder
+from .qp_cache import CtrlOp, QpCache
+from .regs import RegisterBlock
+
+__all__ = ["Rnic"]
+
+_MASTERS = ("qp_cache", "payload", "wqe", "completion")   # AXI ID bits [5:4] = index
+
+
+class Rnic(wiring.Component):
+    """The transmit engine.
+
+    Parameters
+    ----------
+    cache_cfg : QpcCacheConfig
+        QP context cache geometry (default 16 entries, 4-way).
+    max_qps : int
+        QPNs the scheduler holds (a power of two; CAPS[31:24] reports its log2).
+    window : int
+        Packets the engine issues ahead of their payload reads' completion.
+
+    Members
+    -------
+    s_axil : In(AXI4LiteSignature(16, 32))
+        Registers and doorbells (``docs/engine.md``, "Register map").
+    m_axi : Out(AXI4Signature(64, 64, 6))
+        Host memory. ID bits [5:4] name the internal master (QP cache, payload, WQE, completion).
+    m_axis : Out(AXIStreamSignature(64, user_width=1))
+        Frames, first byte in lane 0, ``tuser`` = 1 on the last beat of an aborted frame (a MAC
+        drops it). No FCS, no padding to 60 bytes.
+    irq : Out(1)
+        Level interrupt: ``INT_STATUS & INT_ENABLE`` non-zero.
+    """
+
+    def __init__(self, cache_cfg: QpcCacheConfig | None = None, *, max_qps: int = 256, window: int = 16):
+        self.cache_cfg = cache_cfg or QpcCacheConfig()
+        self.max_qps, self.window = max_qps, window
+        super().__init__({
+            "s_axil": In(AXI4LiteSignature(addr_width=16, data_width=32)),
+            "m_axi": Out(AXI4Signature(addr_width=64, data_width=64, id_width=6)),
+            "m_axis": Out(AXIStreamSignature(64, user_width=1)),
+            "irq": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.regs = regs = RegisterBlock(caps=caps(self.max_qps))
+        m.submodules.cache = cache = QpCache(self.cache_cfg)
+        m.submodules.engine = eng = DescriptorEngine(self.cache_cfg, max_qps=self.max_qps, window=self.window)
+        m.submodules.reader = rd = PayloadReader()
+        m.submodules.builder = pb = PacketBuilder(64)
+        m.submodules.gate = gate = FrameGate(self.window)
+        m.submodules.axi = ic = AxiInterconnect(len(_MASTERS))
+
+        wiring.connect(m, wiring.flipped(self.s_axil), regs.s_axil)
+        wiring.connect(m, ic.m_axi, wiring.flipped(self.m_axi))
+        for i, master in enumerate((cache.m_axi, rd.m_axi, eng.m_axi, eng.m_axi_cq)):
+            wiring.connect(m, master, getattr(ic, f"s{i}"))
+        m.d.comb += ic.bw_cap.eq(regs.bw_cap)
+
+        # registers -> engine
+        m.d.comb += [
+            eng.enable.eq(regs.enable), eng.qpc_size.eq(regs.qpc_size), eng.quota.eq(regs.quota),
+            eng.port_lid.eq(regs.port_lid), eng.cq_base.eq(regs.cq_base), eng.cq_size.eq(regs.cq_size),
+            regs.sgid_index.eq(eng.sgid_index), eng.sgid_gid.eq(regs.sgid_gid), eng.sgid_mac.eq(regs.sgid_mac),
+            eng.sgid_vlan_id.eq(regs.sgid_vlan_id), eng.sgid_vlan_present.eq(regs.sgid_vlan_present),
+            regs.inc.eq(eng.inc), regs.err_valid.eq(eng.err.valid), regs.err_bit.eq(eng.err.bit),
+            regs.err_qpn.eq(eng.err.qpn), regs.err_status.eq(eng.err.status), regs.cqe_written.eq(eng.cqe_written),
+            cache.qpc_base.eq(regs.qpc_base), cache.table_size.eq(regs.qpc_size),
+            rd.max_burst.eq(regs.max_burst),
+        ]
+        wiring.connect(m, regs.doorbell, eng.doorbell)
+        wiring.connect(m, regs.cq_doorbell, eng.cq_doorbell)
+        wiring.connect(m, eng.qpc_req, cache.req)
+        wiring.connect(m, cache.resp, eng.qpc_resp)
+
+        # packets: descriptors and payload into the builder, frames through the gate
+        wiring.connect(m, eng.desc, pb.desc)
+        wiring.connect(m, eng.rd_cmd, rd.cmd)
+        wiring.connect(m, rd.payload, pb.payload)
+        wiring.connect(m, rd.status, gate.rd_status)
+        wiring.connect(m, eng.group, gate.group)
+        wiring.connect(m, gate.status, eng.status)
+        wiring.connect(m, pb.frame, gate.frame_in)
+        stream_to_axis(m, gate.frame_out, self.m_axis)
+
+        # frames issued but not yet out: part of "busy"
+        pending = Signal(range(1 << 10))
+        issued = eng.desc.valid & eng.desc.ready
+        left = gate.frame_out.valid & gate.frame_out.ready & gate.frame_out.payload.last
+        m.d.sync += pending.eq(pending + issued - left)
+
+        # QPC_CMD -> the QP context cache's control port
+        cmd = Signal(data.StructLayout({"op": CtrlOp, "qpn": 24}))
+        busy = Signal()
+        result = Signal(2)
+        m.d.comb += [regs.qpc_cmd.ready.eq(~busy), regs.qpc_cmd_busy.eq(busy), regs.qpc_cmd_result.eq(result),
+                     cache.ctrl.valid.eq(busy), cache.ctrl.payload.op.eq(cmd.op), cache.ctrl.payload.qpn.eq(cmd.qpn),
+                     cache.ack.ready.eq(1)]
+        with m.If(regs.qpc_cmd.valid & ~busy):
+            m.d.sync += [busy.eq(1), cmd.op.eq(regs.qpc_cmd.payload.op), cmd.qpn.eq(regs.qpc_cmd.payload.qpn)]
+        with m.If(cache.ack.valid):
+            m.d.sync += [busy.eq(0), result.eq(cache.ack.payload.status)]
+
+        m.d.comb += [regs.idle.eq(eng.idle & (pending == 0) & ~busy), self.irq.eq(regs.irq)]
+        return m

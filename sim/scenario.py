@@ -1,0 +1,217 @@
+"""Workloads for the whole engine: host memory, register writes, and the model's expected results.
+
+A :class:`Workload` is what software would set up: a host-memory image (QP context table, CQ
+context table, send-queue rings with WQEs, payload buffers), injected bus-error ranges, and the
+AXI4-Lite writes to issue in order (configuration with CONTROL.ENABLE = 0, the doorbells, then
+ENABLE = 1). :func:`expected` runs the golden model on a copy; :func:`compare` checks what the RTL
+produced against it. The cocotb tests and the simulation CLI share this module.
+
+The address map keeps everything below 16 MiB so one flat simulated RAM holds it.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+from dataclasses import dataclass, field
+
+from ..model.descriptor import LinkMode
+from ..model.engine import Driver, EngineConfig, EngineModel, HostMemory, SgidEntry
+from ..model.qpc import RECORD_BYTES, PathMtu, QpContext, QpState, ServiceType
+from ..model.regs import COUNTER_NAMES, REG
+from ..model.wqe import (CQ_RECORD_BYTES, CQE_BYTES, INLINE_MAX_RC, INLINE_MAX_UD, Wqe, WqeFlags, WqeOpcode)
+
+__all__ = ["MEM_SIZE", "QPC_BASE", "CQ_BASE", "Workload", "WorkloadBuilder", "random_workload",
+           "expected", "compare", "CHECKED_REGS"]
+
+MEM_SIZE = 1 << 24
+QPC_BASE = 0x01_0000
+CQ_BASE = 0x02_0000
+CQ_RINGS = 0x04_0000       # 8 KiB per CQ
+SQ_RINGS = 0x20_0000       # 16 KiB per QP
+BUFFERS = 0x40_0000        # payload, bump-allocated
+SGIDS = (SgidEntry(gid=0xFFFF_C0A8_0001, mac=0x02_00_00_00_00_01),
+         SgidEntry(gid=0xFE80 << 112 | 0x11, mac=0x02_00_00_00_00_11, vlan_id=0x123, vlan_present=True),
+         SgidEntry(gid=0x2001_0DB8 << 96 | 0x77, mac=0x02_00_00_00_00_22))
+
+#: Registers compared at idle (besides host memory and frames).
+CHECKED_REGS = ("ERR_STATUS", "ERR_QPN", "ERR_INFO", "INT_STATUS") + tuple(n.upper() for n in COUNTER_NAMES)
+
+_ALLOWED = {ServiceType.RC: (WqeOpcode.SEND, WqeOpcode.SEND_WITH_IMM, WqeOpcode.RDMA_WRITE,
+                             WqeOpcode.RDMA_WRITE_WITH_IMM, WqeOpcode.RDMA_READ),
+            ServiceType.UC: (WqeOpcode.SEND, WqeOpcode.SEND_WITH_IMM, WqeOpcode.RDMA_WRITE,
+                             WqeOpcode.RDMA_WRITE_WITH_IMM),
+            ServiceType.UD: (WqeOpcode.SEND, WqeOpcode.SEND_WITH_IMM)}
+
+
+@dataclass
+class Workload:
+    mem: HostMemory
+    config: EngineConfig
+    writes: list[tuple[int, int]]
+    qpns: list[int] = field(default_factory=list)
+    cqns: list[int] = field(default_factory=list)
+    max_qps: int = 1 << 24
+
+    @property
+    def regions(self) -> list[tuple[int, int]]:
+        """Host-memory regions the engine may write: ``(address, bytes)``."""
+        out = [(QPC_BASE, self.config.qpc_size * RECORD_BYTES), (CQ_BASE, self.config.cq_size * CQ_RECORD_BYTES)]
+        out += [(CQ_RINGS + c * 0x2000, 0x2000) for c in self.cqns]
+        return out
+
+
+class WorkloadBuilder:
+    """Lays out QPs, CQs, WQEs and buffers as a driver would; :meth:`build` returns the workload."""
+
+    def __init__(self, nqps: int, *, ncqs: int | None = None, quota: int = 16, max_burst: int = 256,
+                 int_mod_count: int = 1, max_qps: int = 1 << 24, rng: random.Random | None = None):
+        self.rng = rng or random.Random(0)
+        self.mem = HostMemory()
+        ncqs = nqps if ncqs is None else ncqs
+        self.config = EngineConfig(qpc_base=QPC_BASE, qpc_size=nqps, cq_base=CQ_BASE, cq_size=ncqs, quota=quota,
+                                   max_burst=max_burst, port_lid=0x77, int_mod_count=int_mod_count, sgids=SGIDS,
+                                   enable=False)
+        self.drv = Driver(self.mem, self.config)
+        self.buf = BUFFERS
+        self.rings: list[tuple[int, int]] = []
+        self.max_qps = max_qps
+        self.qpns: list[int] = []
+        self.cqns: list[int] = []
+
+    def cq(self, cqn: int, log_size: int = 8, **kw):
+        self.drv.create_cq(cqn, CQ_RINGS + cqn * 0x2000, log_size, **kw)
+        self.cqns.append(cqn)
+
+    def qp(self, qpn: int, *, service=ServiceType.RC, mode=LinkMode.ROCEV2_IPV4, mtu=PathMtu.MTU_1024,
+           cqn: int | None = None, **kw) -> QpContext:
+        rng = self.rng
+        kw.setdefault("state", QpState.RTS)
+        kw.setdefault("next_psn", rng.randrange(1 << 24))
+        kw.setdefault("log_sq_size", 8)
+        kw.setdefault("sgid_index", rng.randrange(len(SGIDS)))
+        ctx = QpContext(service=service, link_mode=mode, path_mtu=mtu, cqn=qpn if cqn is None else cqn,
+                        sq_base=SQ_RINGS + qpn * 0x4000, dest_qpn=rng.randrange(1 << 24),
+                        dst_mac=0x02_00_00_00_00_00 | rng.randrange(1 << 24), dst_gid=rng.randrange(1 << 128),
+                        dlid=rng.randrange(1, 0xC000), pkey=0xFFFF, qkey=rng.randrange(1 << 31),
+                        sl=rng.randrange(16), traffic_class=rng.randrange(256), hop_limit=rng.randrange(1, 256),
+                        udp_sport=rng.randrange(0xC000, 0x10000), flow_label=rng.randrange(1 << 20), **kw)
+        self.qpns.append(qpn)
+        return self.drv.create_qp(qpn, ctx)
+
+    def buffer(self, data: bytes, align: int | None = None) -> int:
+        skew = self.rng.randrange(64) if align is None else align
+        addr = (self.buf + 63) // 64 * 64 + skew
+        self.mem.poke(addr, data)
+        self.buf = addr + len(data) + 1
+        assert self.buf < MEM_SIZE, "workload does not fit in the simulated memory"
+        return addr
+
+    def post(self, qpn: int, opcode: int, length: int, *, flags=WqeFlags.SIGNALED, **kw) -> Wqe:
+        ctx = self.drv.qps[qpn]
+        ud = ctx.service == ServiceType.UD
+        data = self.rng.randbytes(length) if length < (1 << 20) else bytes(0)
+        if flags & WqeFlags.INLINE:
+            kw["inline_data"] = data[:INLINE_MAX_UD if ud else INLINE_MAX_RC]
+        elif opcode == WqeOpcode.RDMA_READ or length >= (1 << 20):
+            kw.setdefault("local_addr", BUFFERS)
+        else:
+            kw.setdefault("local_addr", self.buffer(data))
+        kw.setdefault("wr_id", self.rng.randrange(1 << 64))
+        kw.setdefault("imm", self.rng.randrange(1 << 32))
+        if ud:
+            kw.setdefault("qkey", self.rng.choice([self.rng.randrange(1 << 31), 1 << 31]))
+            kw.setdefault("dst_mac", 0x02_00_00_00_00_00 | self.rng.randrange(1 << 24))
+            kw.setdefault("dlid", self.rng.randrange(1, 0xC000))
+            kw.setdefault("dest_qpn", self.rng.randrange(1 << 24))
+            kw.setdefault("dst_gid", self.rng.randrange(1 << 128))
+        else:
+            kw.setdefault("rkey", self.rng.randrange(1 << 32))
+            kw.setdefault("remote_addr", self.rng.randrange(1 << 64))
+        wqe = Wqe(opcode=opcode, flags=flags, length=length, **kw)
+        self.drv.post(qpn, wqe)
+        return wqe
+
+    def build(self, doorbells: list[tuple[int, int | None]] | None = None) -> Workload:
+        """Configuration writes, then the doorbells (default: each QP rung once with everything
+        posted), then CONTROL.ENABLE = 1."""
+        writes = list(self.config.writes())
+        if doorbells is None:
+            doorbells = [(q, None) for q in self.qpns if self.drv.sq_pi[q] != self.drv.qps[q].sq_pi]
+        for qpn, pi in doorbells:
+            if pi is None:
+                pi = self.drv.sq_pi[qpn]
+            writes += [(REG["DB_QPN"].offset, qpn), (REG["DB_SQ_PI"].offset, pi)]
+        writes.append((REG["CONTROL"].offset, 1))
+        return Workload(self.mem, self.config, writes, list(self.qpns), list(self.cqns), self.max_qps)
+
+
+def random_length(rng: random.Random, mtu: int, max_len: int) -> int:
+    kind = rng.random()
+    if kind < 0.15:
+        return rng.choice([0, 1, mtu - 1, mtu, mtu + 1])
+    if kind < 0.55:
+        return rng.randrange(1, 129)
+    if kind < 0.9:
+        return rng.randrange(1, min(max_len, 3 * mtu) + 1)
+    return rng.randrange(1, max_len + 1)
+
+
+def random_workload(rng: random.Random, *, nqps: int = 4, wqes: int = 6, max_len: int = 8192,
+                    modes=tuple(LinkMode), mtus=tuple(PathMtu), quota: int | None = None,
+                    max_qps: int = 1 << 24) -> Workload:
+    """Random QPs (service, link mode, MTU), random WQEs of every allowed opcode and random lengths."""
+    b = WorkloadBuilder(nqps, quota=quota or rng.choice([1, 2, 4, 16]), max_burst=rng.choice([256, 256, 16, 3]),
+                        rng=rng, max_qps=max_qps)
+    for q in range(nqps):
+        b.cq(q)
+        service = rng.choice([ServiceType.RC, ServiceType.RC, ServiceType.UC, ServiceType.UD])
+        mtu = rng.choice(mtus)
+        b.qp(q, service=service, mode=rng.choice(modes), mtu=mtu)
+        for _ in range(rng.randrange(1, wqes + 1)):
+            op = rng.choice(_ALLOWED[service])
+            length = random_length(rng, mtu.bytes, mtu.bytes if service == ServiceType.UD else max_len)
+            flags = WqeFlags(0)
+            if rng.random() < 0.7:
+                flags |= WqeFlags.SIGNALED
+            if rng.random() < 0.3:
+                flags |= WqeFlags.SOLICITED
+            cap = INLINE_MAX_UD if service == ServiceType.UD else INLINE_MAX_RC
+            if op != WqeOpcode.RDMA_READ and length <= cap and rng.random() < 0.4:
+                flags |= WqeFlags.INLINE
+            b.post(q, op, length, flags=flags)
+    return b.build()
+
+
+def expected(w: Workload) -> EngineModel:
+    """The golden model run on a copy of the workload's memory."""
+    model = EngineModel(copy.deepcopy(w.mem), max_qps=w.max_qps)
+    for offset, value in w.writes:
+        model.write_reg(offset, value)
+    return model.run()
+
+
+def compare(w: Workload, model: EngineModel, frames: list[bytes], read_mem, regs: dict[str, int]) -> list[str]:
+    """Mismatches between the RTL's results and the model's: ``frames`` (not aborted, in wire
+    order), ``read_mem(addr, n)`` (host memory after the QP-context FLUSH), ``regs`` (by name)."""
+    out = []
+    want = [p.frame() for p in model.packets]
+    if len(frames) != len(want):
+        out.append(f"frames: {len(frames)} from the RTL, {len(want)} from the model")
+    for i, (got, exp) in enumerate(zip(frames, want)):
+        if got != exp:
+            diff = next((k for k in range(min(len(got), len(exp))) if got[k] != exp[k]), min(len(got), len(exp)))
+            out.append(f"frame {i} (QP {model.packets[i].qpn}, opcode 0x{model.packets[i].desc.opcode:02x}, "
+                       f"{len(exp)} bytes): first difference at byte {diff} (RTL {len(got)} bytes)")
+            if len(out) > 8:
+                break
+    for addr, n in w.regions:
+        got, exp = read_mem(addr, n), model.mem.peek(addr, n)
+        if got != exp:
+            diff = next(k for k in range(n) if got[k] != exp[k])
+            out.append(f"host memory at 0x{addr + diff:x} (region 0x{addr:x}+{n}): RTL {got[diff:diff + 8].hex()} "
+                       f"model {exp[diff:diff + 8].hex()}")
+    for name, value in regs.items():
+        if value != model.reg(name):
+            out.append(f"register {name}: RTL 0x{value:x}, model 0x{model.reg(name):x}")
+    return out
