@@ -6,7 +6,7 @@ AXI4-Lite writes to issue in order (configuration with CONTROL.ENABLE = 0, the d
 ENABLE = 1). :func:`expected` runs the golden model on a copy; :func:`compare` checks what the RTL
 produced against it. The cocotb tests and the simulation CLI share this module.
 
-The address map keeps everything below 16 MiB so one flat simulated RAM holds it.
+The address map keeps everything below 32 MiB so one flat simulated RAM holds it.
 """
 
 from __future__ import annotations
@@ -21,15 +21,15 @@ from ..model.qpc import RECORD_BYTES, PathMtu, QpContext, QpState, ServiceType
 from ..model.regs import COUNTER_NAMES, REG
 from ..model.wqe import (CQ_RECORD_BYTES, CQE_BYTES, INLINE_MAX_RC, INLINE_MAX_UD, Wqe, WqeFlags, WqeOpcode)
 
-__all__ = ["MEM_SIZE", "QPC_BASE", "CQ_BASE", "Workload", "WorkloadBuilder", "random_workload",
+__all__ = ["MEM_SIZE", "QPC_BASE", "CQ_BASE", "CQ_RINGS", "SQ_RINGS", "BUFFERS", "Workload", "WorkloadBuilder", "random_workload",
            "expected", "compare", "CHECKED_REGS"]
 
-MEM_SIZE = 1 << 24
-QPC_BASE = 0x01_0000
+MEM_SIZE = 1 << 25
+QPC_BASE = 0x01_0000       # up to 512 QP contexts
 CQ_BASE = 0x02_0000
-CQ_RINGS = 0x04_0000       # 8 KiB per CQ
-SQ_RINGS = 0x20_0000       # 16 KiB per QP
-BUFFERS = 0x40_0000        # payload, bump-allocated
+CQ_RINGS = 0x10_0000       # 8 KiB per CQ, up to 256
+SQ_RINGS = 0x40_0000       # 16 KiB per QP, up to 256
+BUFFERS = 0x80_0000        # payload, bump-allocated up to MEM_SIZE
 SGIDS = (SgidEntry(gid=0xFFFF_C0A8_0001, mac=0x02_00_00_00_00_01),
          SgidEntry(gid=0xFE80 << 112 | 0x11, mac=0x02_00_00_00_00_11, vlan_id=0x123, vlan_present=True),
          SgidEntry(gid=0x2001_0DB8 << 96 | 0x77, mac=0x02_00_00_00_00_22))
@@ -193,7 +193,8 @@ def expected(w: Workload) -> EngineModel:
 
 def compare(w: Workload, model: EngineModel, frames: list[bytes], read_mem, regs: dict[str, int]) -> list[str]:
     """Mismatches between the RTL's results and the model's: ``frames`` (not aborted, in wire
-    order), ``read_mem(addr, n)`` (host memory after the QP-context FLUSH), ``regs`` (by name)."""
+    order), ``read_mem(addr, n)`` (host memory after the QP-context FLUSH), ``regs`` (by name; pass
+    only those the model defines exactly for the workload)."""
     out = []
     want = [p.frame() for p in model.packets]
     if len(frames) != len(want):
