@@ -19,208 +19,28 @@ from pathlib import Path
 
 import cocotb
 import pytest
-from cocotb.clock import Clock
-from cocotb.queue import Queue
 from cocotb.triggers import ClockCycles, RisingEdge
-from cocotb.utils import get_sim_time
 
 from rnic.model.descriptor import LinkMode
-from rnic.model.engine import HostMemory
 from rnic.model.qpc import PathMtu, QpState, ServiceType
 from rnic.model.regs import REG
-from rnic.model.wqe import CqeStatus, CqState, WqeFlags, WqeOpcode
-from rnic.sim.scenario import (CHECKED_REGS, CQ_RINGS, MEM_SIZE, QPC_BASE, WorkloadBuilder, compare, expected, random_workload)
+from rnic.model.wqe import CqeStatus, WqeFlags, WqeOpcode
+from rnic.sim.harness import TB, FrameClock, clock_now
+from rnic.sim.scenario import CQ_RINGS, QPC_BASE, WorkloadBuilder, every_opcode_workload, random_workload
 
 MAX_QPS = 256
-CLOCK_NS = 4
 BENCH = os.environ.get("RNIC_BENCH")
-
-
-def _clock() -> int:
-    return int(get_sim_time(unit="ns")) // CLOCK_NS
-
-
-class HostRam:
-    """AxiRam holding a workload's memory image, with its bus-error ranges, random latency and ready."""
-
-    def __init__(self, dut, rng: random.Random):
-        from cocotbext.axi import AxiBus, AxiRam
-        logging.getLogger(f"cocotb.{dut._name}.m_axi").setLevel(logging.ERROR)
-        self.ram = AxiRam(AxiBus.from_prefix(dut, "m_axi", bus_separator="__"), dut.clk, dut.rst, size=MEM_SIZE)
-        self.rng, self.dut = rng, dut
-        self.mem = HostMemory()
-        self.latency = (0, 0)
-        rd, wr = self.ram.read_if, self.ram.write_if
-        orig_read, orig_write = rd._read, wr._write
-
-        def failing(errors, addr, n):
-            return any(addr < hi and lo < addr + n for lo, hi, _ in errors)
-
-        async def _read(address, length):
-            if failing(self.mem.read_errors, address, length):
-                raise OSError("injected read error")
-            return await orig_read(address, length)
-
-        async def _write(address, data):
-            if failing(self.mem.write_errors, address, len(data)):
-                raise OSError("injected write error")
-            return await orig_write(address, data)
-
-        rd._read, wr._write = _read, _write
-        self.fixed_latency = 0
-        orig_recv = rd.ar_channel.recv
-        self._ars = Queue()
-
-        async def pump():
-            while True:
-                ar = await orig_recv()
-                self._ars.put_nowait((_clock(), ar))
-
-        async def recv():
-            t, ar = await self._ars.get()
-            lo, hi = self.latency
-            wait = t + self.fixed_latency + (self.rng.randint(lo, hi) if hi else 0) - _clock()
-            if wait > 0:
-                await ClockCycles(dut.clk, wait)
-            return ar
-
-        cocotb.start_soon(pump())
-        rd.ar_channel.recv = recv
-        self.channels = (rd.ar_channel, rd.r_channel, wr.aw_channel, wr.w_channel, wr.b_channel)
-
-    def load(self, mem: HostMemory, latency=(0, 0), pause=0.0, fixed_latency=0):
-        """Replace the memory image and error ranges. Every read burst's data starts ``fixed_latency``
-        plus a random ``latency`` (lo, hi) clocks after its AR (bursts overlap, data stays in order);
-        ``pause`` is the probability of a pause on every AXI channel."""
-        self.ram.write(0, bytes(MEM_SIZE))
-        for page, content in mem.pages.items():
-            self.ram.write(page * 4096, bytes(content))
-        self.mem, self.latency, self.fixed_latency = mem, latency, fixed_latency
-        for ch in self.channels:
-            if pause:
-                r = random.Random(self.rng.randrange(1 << 30))
-                ch.set_pause_generator(iter(lambda r=r: r.random() < pause, None))
-            else:
-                ch.clear_pause_generator()
-
-    def read(self, addr, n):
-        return self.ram.read(addr, n)
-
-
-class TB:
-    def __init__(self, dut, seed: int):
-        from cocotbext.axi import AxiLiteBus, AxiLiteMaster, AxiStreamBus, AxiStreamSink
-        self.dut = dut
-        self.reseed(seed)
-        cocotb.start_soon(Clock(dut.clk, CLOCK_NS, unit="ns").start())
-        for name in ("s_axil", "m_axis"):
-            logging.getLogger(f"cocotb.{dut._name}.{name}").setLevel(logging.WARNING)
-        self.axil = AxiLiteMaster(AxiLiteBus.from_prefix(dut, "s_axil", bus_separator="__"), dut.clk, dut.rst)
-        self.sink = AxiStreamSink(AxiStreamBus.from_prefix(dut, "m_axis", bus_separator="__"), dut.clk, dut.rst)
-        self.ram = HostRam(dut, self.rng)
-
-    def reseed(self, seed: int):
-        self.seed = seed
-        self.rng = random.Random(seed)
-        self.dut._log.info("seed %d (rerun with RNIC_SEED=%d)", seed, seed)
-
-    async def reset(self):
-        self.dut.rst.value = 1
-        await ClockCycles(self.dut.clk, 4)
-        self.dut.rst.value = 0
-        await ClockCycles(self.dut.clk, 2)
-
-    def backpressure(self, p: float):
-        if p:
-            r = random.Random(self.rng.randrange(1 << 30))
-            self.sink.set_pause_generator(iter(lambda: r.random() < p, None))
-        else:
-            self.sink.clear_pause_generator()
-
-    async def read_reg(self, name: str) -> int:
-        return await self.axil.read_dword(REG[name].offset)
-
-    async def run(self, w, *, latency=(0, 0), pause=0.0, sink_pause=0.0, timeout=2_000_000, fixed_latency=0,
-                  settle=0, skip_regs=()):
-        """Run workload ``w`` on the RTL from reset and compare with the model; returns the model.
-        ``settle`` clocks are waited after idle (interrupt timer); ``skip_regs`` are not compared."""
-        dut = self.dut
-        self.ram.rng = self.rng
-        self.ram.load(w.mem, latency, pause, fixed_latency)
-        self.backpressure(sink_pause)
-        await self.reset()
-        while not self.sink.empty():
-            self.sink.recv_nowait()
-        model = expected(w)
-        for offset, value in w.writes:
-            await self.axil.write_dword(offset, value)
-        clocks = 0
-        while not (await self.read_reg("STATUS")) & 1:
-            await ClockCycles(dut.clk, 50)
-            clocks += 50
-            assert clocks < timeout, f"seed {self.seed}: not idle after {timeout} clocks"
-        self.clocks = clocks
-        await ClockCycles(dut.clk, settle)
-        await self.axil.write_dword(REG["QPC_CMD"].offset, 2)          # FLUSH
-        while (await self.read_reg("QPC_CMD_STATUS")) & 1:
-            await ClockCycles(dut.clk, 10)
-        assert (await self.read_reg("QPC_CMD_STATUS")) >> 1 == 0, "QPC FLUSH failed"
-        frames, aborted = [], 0
-        while not self.sink.empty():
-            f = self.sink.recv_nowait()
-            user = f.tuser[-1] if isinstance(f.tuser, list) else f.tuser
-            if user:
-                aborted += 1
-            else:
-                frames.append(bytes(f.tdata))
-        regs = {name: await self.read_reg(name) for name in CHECKED_REGS if name not in skip_regs}
-        self.regs = {name: await self.read_reg(name) for name in CHECKED_REGS}
-        mismatches = compare(w, model, frames, self.ram.read, regs)
-        status = await self.read_reg("STATUS")
-        if bool(status >> 1 & 1) != bool(int(dut.irq.value)):
-            mismatches.append(f"irq pin {int(dut.irq.value)} but STATUS.IRQ {status >> 1 & 1}")
-        want_irq = bool(model.reg("INT_STATUS") & model.reg("INT_ENABLE"))
-        if "INT_STATUS" not in skip_regs and want_irq != bool(int(dut.irq.value)):
-            mismatches.append(f"irq pin {int(dut.irq.value)}, model {int(want_irq)}")
-        dut._log.info("seed %d: %d frames, %d aborted, %d CQEs, %d clocks to idle", self.seed, len(frames), aborted,
-                      len(model.cqes), clocks)
-        assert not mismatches, f"seed {self.seed}: RTL differs from the model:\n  " + "\n  ".join(mismatches)
-        return model
 
 
 def _seed() -> int:
     return int(os.environ.get("RNIC_SEED", "1"), 0)
 
 
-_ALL_OPS = {ServiceType.RC: (WqeOpcode.SEND, WqeOpcode.SEND_WITH_IMM, WqeOpcode.RDMA_WRITE,
-                             WqeOpcode.RDMA_WRITE_WITH_IMM, WqeOpcode.RDMA_READ),
-            ServiceType.UC: (WqeOpcode.SEND, WqeOpcode.RDMA_WRITE_WITH_IMM),
-            ServiceType.UD: (WqeOpcode.SEND, WqeOpcode.SEND_WITH_IMM)}
-
-
 @cocotb.test(skip=bool(BENCH))
 async def test_every_mode_and_opcode(dut):
     """Each link mode x service x opcode, one- and multi-packet, inline and zero-length."""
-    seed = _seed()
-    tb = TB(dut, seed)
-    rng = tb.rng
-    b = WorkloadBuilder(15, rng=rng, quota=4, max_qps=MAX_QPS)
-    qpn = 0
-    for mode in LinkMode:
-        for service, ops in _ALL_OPS.items():
-            b.cq(qpn)
-            b.qp(qpn, service=service, mode=mode, mtu=PathMtu.MTU_256)
-            for op in ops:
-                lengths = (0, 300) if service == ServiceType.UD else (0, 1, 700)
-                if service == ServiceType.UD:
-                    lengths = (0, 200)
-                for n in lengths:
-                    b.post(qpn, op, n)
-                if op != WqeOpcode.RDMA_READ:
-                    b.post(qpn, op, 11, flags=WqeFlags.SIGNALED | WqeFlags.INLINE)
-            qpn += 1
-    w = b.build()
-    await tb.run(w)
+    tb = TB(dut, _seed())
+    await tb.run(every_opcode_workload(tb.rng, max_qps=MAX_QPS))
 
 
 @cocotb.test(skip=bool(BENCH))
@@ -275,27 +95,6 @@ async def test_many_qps(dut):
 
 # --- benchmark (RNIC_BENCH=<json path>; python -m rnic.sim.bench_engine) ------------------------------
 
-class FrameClock:
-    """Watches m_axis: the clock of every beat transferred and of every frame's first beat."""
-
-    def __init__(self, dut):
-        self.dut, self.beats, self.starts, self.ends = dut, [], [], []
-        cocotb.start_soon(self._watch())
-
-    async def _watch(self):
-        d, first = self.dut, True
-        while True:
-            await RisingEdge(d.clk)
-            if int(d.m_axis__tvalid.value) and int(d.m_axis__tready.value):
-                t = _clock()
-                self.beats.append(t)
-                if first:
-                    self.starts.append(t)
-                first = bool(int(d.m_axis__tlast.value))
-                if first:
-                    self.ends.append(t)
-
-
 async def _bench_efficiency(tb, nqps, size, mtu, messages, latency):
     """Unsignaled SENDs of ``size`` bytes, round robin over ``nqps`` QPs; sink always ready.
     Efficiency = ideal beats / clocks from the first beat to the last (both included)."""
@@ -333,7 +132,7 @@ async def _bench_latency(tb, latency):
     out = {}
     for name, pi in (("miss", 1), ("hit", 2)):
         await tb.axil.write_dword(REG["DB_QPN"].offset, 0)
-        t0 = _clock()
+        t0 = clock_now()
         await tb.axil.write_dword(REG["DB_SQ_PI"].offset, pi)
         while len(watch.starts) < pi:
             await RisingEdge(dut.clk)

@@ -1,36 +1,130 @@
-"""Command line of ``python -m rnic.sim``."""
+"""Command line of ``python -m rnic.sim``: ``demo``, ``run``, ``soak``."""
 
 from __future__ import annotations
 
 import argparse
+import random
 import sys
 from pathlib import Path
 
 __all__ = ["main"]
 
 
-def _cmd_demo(args) -> int:
-    from rnic.sim.demo import run_demo
+def _status(text="", end="\n"):
+    print(text, end=end, file=sys.stderr, flush=True)
 
-    results = run_demo(Path(args.out), seed=args.seed)
-    print(f"{'link mode':<13} {'frames':>6} {'bytes':>7} {'checked':>7}  pcap")
-    for r in results:
-        print(f"{r.mode.slug:<13} {r.frames:>6} {r.bytes:>7} {r.checked:>7}  {r.path}")
-    total = sum(r.frames for r in results)
-    print(f"{total} frames built by the golden model, all parsed back with valid lengths, pad, ICRC and VCRC.")
+
+def _report(runs, out: Path | None) -> int:
+    from rnic.sim.rtl import summary, write_pcaps
+    print(summary(runs))
+    if out is not None and runs:
+        paths = write_pcaps(runs[-1] if len(runs) == 1 else _merged(runs), out)
+        for mode, path in paths.items():
+            print(f"{mode.slug:<13} {path}")
+    bad = [m for r in runs for m in r.mismatches]
+    if bad:
+        print("RTL and model differ:", file=sys.stderr)
+        for m in bad[:20]:
+            print(f"  {m}", file=sys.stderr)
+        return 2
     return 0
+
+
+def _merged(runs):
+    from rnic.sim.rtl import RtlRun
+    first = runs[0]
+    return RtlRun([f for r in runs for f in r.frames], 0, [], 0, 0, [m for r in runs for m in r.modes], 0, [])
+
+
+def _cmd_demo(args) -> int:
+    out = Path(args.out)
+    if args.model_only:
+        from rnic.sim.demo import run_demo
+        results = run_demo(out, seed=args.seed)
+        print(f"{'link mode':<13} {'frames':>6} {'bytes':>7} {'checked':>7}  pcap")
+        for r in results:
+            print(f"{r.mode.slug:<13} {r.frames:>6} {r.bytes:>7} {r.checked:>7}  {r.path}")
+        total = sum(r.frames for r in results)
+        print(f"{total} frames built by the golden model, all parsed back with valid lengths, pad, ICRC and VCRC.")
+        return 0
+    from rnic.sim.rtl import run_workloads
+    from rnic.sim.scenario import every_opcode_workload, text_payload
+    out.mkdir(parents=True, exist_ok=True)
+    w = every_opcode_workload(random.Random(args.seed), max_qps=256, payload=text_payload)
+    _status("demo: every link mode x service x opcode on the RTL, checked against the golden model")
+    runs = run_workloads([(w, {"latency": (1, 40), "pause": 0.1, "sink_pause": 0.2})], seed=args.seed,
+                         waves=Path(args.waves) if args.waves else None, log=out / "sim.log", status=_status)
+    code = _report(runs, out)
+    if code == 0:
+        print(f"{len(runs[0].frames)} frames from the RTL, identical to the golden model's; "
+              f"CQ rings, contexts and registers match too.")
+    return code
+
+
+def _cmd_run(args) -> int:
+    from rnic.sim.rtl import run_workloads
+    from rnic.sim.scenario_file import load_scenario
+    sc = load_scenario(args.scenario)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    runs = run_workloads([(sc.workload, sc.options)], seed=sc.seed, waves=Path(args.waves) if args.waves else None,
+                         log=out / "sim.log", status=_status)
+    return _report(runs, out)
+
+
+def _cmd_soak(args) -> int:
+    from rnic.sim.rtl import run_workloads
+    from rnic.sim.scenario import random_workload
+    rng = random.Random(args.seed)
+    runs, clocks, batch = [], 0, 0
+    out = Path(args.out) if args.out else None
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+    while clocks < args.cycles:
+        work = []
+        for _ in range(args.batch):
+            nqps = rng.choice([1, 4, 16, 40, 100, 256])
+            w = random_workload(rng, nqps=nqps, wqes=max(2, 64 // nqps), max_len=rng.choice([4096, 1 << 16]),
+                                max_qps=256)
+            work.append((w, {"latency": (1, rng.choice([20, 200, 500])), "pause": rng.choice([0.0, 0.2]),
+                             "sink_pause": rng.choice([0.0, 0.3])}))
+        batch += 1
+        new = run_workloads(work, seed=rng.randrange(1 << 30), log=out / "sim.log" if out else None, status=_status)
+        runs += new
+        clocks += sum(r.clocks for r in new)
+        frames = sum(len(r.frames) for r in runs)
+        bad = sum(len(r.mismatches) for r in runs)
+        _status(f"soak: batch {batch}, {clocks:,} clocks, {frames:,} frames checked, {bad} mismatches")
+        if bad:
+            break
+    print(f"soak seed {args.seed}: {clocks} clocks simulated, {len(runs)} workloads")
+    return _report(runs, None)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m rnic.sim", description="rnic simulation tools")
     sub = parser.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser("demo", help="a frame of every opcode form in every link mode, one pcap per mode")
-    demo.add_argument("--out", required=True, metavar="DIR", help="folder for the pcap files")
-    demo.add_argument("--seed", type=int, default=0, help="seed of the payload bytes (default 0)")
+    demo = sub.add_parser("demo", help="every link mode and opcode on the RTL, checked against the model; pcaps")
+    demo.add_argument("--out", required=True, metavar="DIR", help="folder for the pcap files and sim.log")
+    demo.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
+    demo.add_argument("--waves", metavar="FILE.fst", help="also write an FST waveform")
+    demo.add_argument("--model-only", action="store_true",
+                      help="no RTL: the golden model's catalogue of all 38 opcodes per mode")
     demo.set_defaults(func=_cmd_demo)
+    run = sub.add_parser("run", help="run a scenario file (JSON or TOML, docs/simulation.md) on the RTL")
+    run.add_argument("scenario", help="scenario file")
+    run.add_argument("--out", required=True, metavar="DIR", help="folder for the pcap files and sim.log")
+    run.add_argument("--waves", metavar="FILE.fst", help="also write an FST waveform")
+    run.set_defaults(func=_cmd_run)
+    soak = sub.add_parser("soak", help="random traffic on the RTL until --cycles clocks, scoreboard on")
+    soak.add_argument("--cycles", type=int, default=200_000, help="clocks to simulate at least (default 200000)")
+    soak.add_argument("--seed", type=int, default=1)
+    soak.add_argument("--batch", type=int, default=4, help="workloads per simulator launch (default 4)")
+    soak.add_argument("--out", metavar="DIR", help="folder for sim.log")
+    soak.set_defaults(func=_cmd_soak)
     args = parser.parse_args(argv)
     try:
         return args.func(args)
-    except (OSError, ValueError, AssertionError) as err:
+    except (OSError, ValueError, AssertionError, RuntimeError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

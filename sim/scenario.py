@@ -22,7 +22,7 @@ from ..model.regs import COUNTER_NAMES, REG
 from ..model.wqe import (CQ_RECORD_BYTES, CQE_BYTES, INLINE_MAX_RC, INLINE_MAX_UD, Wqe, WqeFlags, WqeOpcode)
 
 __all__ = ["MEM_SIZE", "QPC_BASE", "CQ_BASE", "CQ_RINGS", "SQ_RINGS", "BUFFERS", "Workload", "WorkloadBuilder", "random_workload",
-           "expected", "compare", "CHECKED_REGS"]
+           "every_opcode_workload", "text_payload", "expected", "compare", "CHECKED_REGS"]
 
 MEM_SIZE = 1 << 25
 QPC_BASE = 0x01_0000       # up to 512 QP contexts
@@ -65,8 +65,10 @@ class WorkloadBuilder:
     """Lays out QPs, CQs, WQEs and buffers as a driver would; :meth:`build` returns the workload."""
 
     def __init__(self, nqps: int, *, ncqs: int | None = None, quota: int = 16, max_burst: int = 256,
-                 int_mod_count: int = 1, max_qps: int = 1 << 24, rng: random.Random | None = None):
+                 int_mod_count: int = 1, max_qps: int = 1 << 24, rng: random.Random | None = None,
+                 payload=None):
         self.rng = rng or random.Random(0)
+        self.payload = payload or self.rng.randbytes
         self.mem = HostMemory()
         ncqs = nqps if ncqs is None else ncqs
         self.config = EngineConfig(qpc_base=QPC_BASE, qpc_size=nqps, cq_base=CQ_BASE, cq_size=ncqs, quota=quota,
@@ -110,7 +112,7 @@ class WorkloadBuilder:
     def post(self, qpn: int, opcode: int, length: int, *, flags=WqeFlags.SIGNALED, **kw) -> Wqe:
         ctx = self.drv.qps[qpn]
         ud = ctx.service == ServiceType.UD
-        data = self.rng.randbytes(length) if length < (1 << 20) else bytes(0)
+        data = self.payload(length) if length < (1 << 20) else bytes(0)
         if flags & WqeFlags.INLINE:
             kw["inline_data"] = data[:INLINE_MAX_UD if ud else INLINE_MAX_RC]
         elif opcode == WqeOpcode.RDMA_READ or length >= (1 << 20):
@@ -180,6 +182,35 @@ def random_workload(rng: random.Random, *, nqps: int = 4, wqes: int = 6, max_len
             if op != WqeOpcode.RDMA_READ and length <= cap and rng.random() < 0.4:
                 flags |= WqeFlags.INLINE
             b.post(q, op, length, flags=flags)
+    return b.build()
+
+
+def text_payload(length: int) -> bytes:
+    """Readable payload bytes (Wireshark's heuristic dissectors take random bytes for EoIB or IP)."""
+    text = b"rnic: RDMA payload from host memory, zero copy, checked against the golden model. "
+    return (text * (length // len(text) + 1))[:length]
+
+
+def every_opcode_workload(rng: random.Random, *, max_qps: int = 1 << 24, mtu=PathMtu.MTU_256,
+                          payload=None) -> Workload:
+    """Each link mode x service (RC, UC, UD) x every opcode the service allows: zero-length,
+    one-packet and multi-packet messages and an inline one; one QP (and CQ) per mode and service.
+    ``payload(length)`` makes the payload bytes (default random)."""
+    ops = {ServiceType.RC: _ALLOWED[ServiceType.RC], ServiceType.UC: _ALLOWED[ServiceType.UC],
+           ServiceType.UD: _ALLOWED[ServiceType.UD]}
+    b = WorkloadBuilder(len(LinkMode) * len(ops), rng=rng, quota=4, max_qps=max_qps, payload=payload)
+    qpn = 0
+    for mode in LinkMode:
+        for service, allowed in ops.items():
+            b.cq(qpn)
+            b.qp(qpn, service=service, mode=mode, mtu=mtu)
+            lengths = (0, mtu.bytes - 56) if service == ServiceType.UD else (0, 1, 2 * mtu.bytes + 188)
+            for op in allowed:
+                for n in lengths:
+                    b.post(qpn, op, n)
+                if op != WqeOpcode.RDMA_READ:
+                    b.post(qpn, op, 11, flags=WqeFlags.SIGNALED | WqeFlags.INLINE)
+            qpn += 1
     return b.build()
 
 

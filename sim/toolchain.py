@@ -109,7 +109,8 @@ def seed_from_env(default: int | None = None) -> int:
 
 
 def run(b: Build, test_module: str, *, seed: int, testcase: str | None = None,
-        extra_env: dict | None = None, test_dir: Path | None = None, log_file: Path | None = None) -> tuple[int, int]:
+        extra_env: dict | None = None, test_dir: Path | None = None, log_file: Path | None = None,
+        quiet: bool = False) -> tuple[int, int]:
     """Run cocotb tests from ``test_module`` on a build. Returns ``(tests, failures)``.
 
     The top-level language is passed explicitly: a runner that did not build itself cannot infer it.
@@ -120,8 +121,9 @@ def run(b: Build, test_module: str, *, seed: int, testcase: str | None = None,
     setup_verilator_env()
     from cocotb_tools.runner import get_results, get_runner
 
-    print(f"[rnic] cocotb {test_module}{'::' + testcase if testcase else ''} seed={seed} "
-          f"(rerun with RNIC_SEED={seed})", flush=True)
+    if not quiet:
+        print(f"[rnic] cocotb {test_module}{'::' + testcase if testcase else ''} seed={seed} "
+              f"(rerun with RNIC_SEED={seed})", flush=True)
     env = {"RNIC_SEED": str(seed), **(extra_env or {})}
     if test_dir is not None and str(test_dir) not in sys.path:
         sys.path.insert(0, str(test_dir))

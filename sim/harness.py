@@ -1,0 +1,219 @@
+"""The cocotb side of a whole-engine simulation: host memory, register access, frame capture and
+the comparison with the golden model. Used by ``cocotb_tests/test_rnic.py`` and by the CLI's RTL
+runs (:mod:`rnic.sim.rtl_job`); import it only inside a cocotb simulation.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from dataclasses import dataclass, field
+
+import cocotb
+from cocotb.clock import Clock
+from cocotb.queue import Queue
+from cocotb.triggers import ClockCycles, RisingEdge
+from cocotb.utils import get_sim_time
+
+from ..model.engine import EngineModel, HostMemory
+from ..model.regs import REG
+from .scenario import CHECKED_REGS, MEM_SIZE, compare, expected
+
+__all__ = ["CLOCK_NS", "clock_now", "HostRam", "TB", "RunResult", "FrameClock"]
+
+CLOCK_NS = 4
+
+
+@dataclass
+class RunResult:
+    model: EngineModel
+    frames: list[bytes]
+    aborted: int
+    mismatches: list[str]
+    clocks: int
+    beats: int
+    regs: dict[str, int] = field(default_factory=dict)
+
+
+def clock_now() -> int:
+    """The current clock cycle (simulation time / clock period)."""
+    return int(get_sim_time(unit="ns")) // CLOCK_NS
+
+
+class HostRam:
+    """AxiRam holding a workload's memory image, with its bus-error ranges, random latency and ready."""
+
+    def __init__(self, dut, rng: random.Random):
+        from cocotbext.axi import AxiBus, AxiRam
+        logging.getLogger(f"cocotb.{dut._name}.m_axi").setLevel(logging.ERROR)
+        self.ram = AxiRam(AxiBus.from_prefix(dut, "m_axi", bus_separator="__"), dut.clk, dut.rst, size=MEM_SIZE)
+        self.rng, self.dut = rng, dut
+        self.mem = HostMemory()
+        self.latency = (0, 0)
+        rd, wr = self.ram.read_if, self.ram.write_if
+        orig_read, orig_write = rd._read, wr._write
+
+        def failing(errors, addr, n):
+            return any(addr < hi and lo < addr + n for lo, hi, _ in errors)
+
+        async def _read(address, length):
+            if failing(self.mem.read_errors, address, length):
+                raise OSError("injected read error")
+            return await orig_read(address, length)
+
+        async def _write(address, data):
+            if failing(self.mem.write_errors, address, len(data)):
+                raise OSError("injected write error")
+            return await orig_write(address, data)
+
+        rd._read, wr._write = _read, _write
+        self.fixed_latency = 0
+        orig_recv = rd.ar_channel.recv
+        self._ars = Queue()
+
+        async def pump():
+            while True:
+                ar = await orig_recv()
+                self._ars.put_nowait((clock_now(), ar))
+
+        async def recv():
+            t, ar = await self._ars.get()
+            lo, hi = self.latency
+            wait = t + self.fixed_latency + (self.rng.randint(lo, hi) if hi else 0) - clock_now()
+            if wait > 0:
+                await ClockCycles(dut.clk, wait)
+            return ar
+
+        cocotb.start_soon(pump())
+        rd.ar_channel.recv = recv
+        self.channels = (rd.ar_channel, rd.r_channel, wr.aw_channel, wr.w_channel, wr.b_channel)
+
+    def load(self, mem: HostMemory, latency=(0, 0), pause=0.0, fixed_latency=0):
+        """Replace the memory image and error ranges. Every read burst's data starts ``fixed_latency``
+        plus a random ``latency`` (lo, hi) clocks after its AR (bursts overlap, data stays in order);
+        ``pause`` is the probability of a pause on every AXI channel."""
+        self.ram.write(0, bytes(MEM_SIZE))
+        for page, content in mem.pages.items():
+            self.ram.write(page * 4096, bytes(content))
+        self.mem, self.latency, self.fixed_latency = mem, latency, fixed_latency
+        for ch in self.channels:
+            if pause:
+                r = random.Random(self.rng.randrange(1 << 30))
+                ch.set_pause_generator(iter(lambda r=r: r.random() < pause, None))
+            else:
+                ch.clear_pause_generator()
+
+    def read(self, addr, n):
+        return self.ram.read(addr, n)
+
+
+class TB:
+    def __init__(self, dut, seed: int):
+        from cocotbext.axi import AxiLiteBus, AxiLiteMaster, AxiStreamBus, AxiStreamSink
+        self.dut = dut
+        self.reseed(seed)
+        cocotb.start_soon(Clock(dut.clk, CLOCK_NS, unit="ns").start())
+        for name in ("s_axil", "m_axis"):
+            logging.getLogger(f"cocotb.{dut._name}.{name}").setLevel(logging.WARNING)
+        self.axil = AxiLiteMaster(AxiLiteBus.from_prefix(dut, "s_axil", bus_separator="__"), dut.clk, dut.rst)
+        self.sink = AxiStreamSink(AxiStreamBus.from_prefix(dut, "m_axis", bus_separator="__"), dut.clk, dut.rst)
+        self.ram = HostRam(dut, self.rng)
+
+    def reseed(self, seed: int):
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.dut._log.info("seed %d (rerun with RNIC_SEED=%d)", seed, seed)
+
+    async def reset(self):
+        self.dut.rst.value = 1
+        await ClockCycles(self.dut.clk, 4)
+        self.dut.rst.value = 0
+        await ClockCycles(self.dut.clk, 2)
+
+    def backpressure(self, p: float):
+        if p:
+            r = random.Random(self.rng.randrange(1 << 30))
+            self.sink.set_pause_generator(iter(lambda: r.random() < p, None))
+        else:
+            self.sink.clear_pause_generator()
+
+    async def read_reg(self, name: str) -> int:
+        return await self.axil.read_dword(REG[name].offset)
+
+    async def execute(self, w, *, latency=(0, 0), pause=0.0, sink_pause=0.0, timeout=2_000_000, fixed_latency=0,
+                      settle=0, skip_regs=(), progress=None) -> RunResult:
+        """Run workload ``w`` on the RTL from reset and compare it with the model.
+        ``settle`` clocks are waited after idle (interrupt timer); ``skip_regs`` are not compared;
+        ``progress(clocks)`` is called while the engine runs."""
+        dut = self.dut
+        self.ram.rng = self.rng
+        self.ram.load(w.mem, latency, pause, fixed_latency)
+        self.backpressure(sink_pause)
+        await self.reset()
+        while not self.sink.empty():
+            self.sink.recv_nowait()
+        model = expected(w)
+        for offset, value in w.writes:
+            await self.axil.write_dword(offset, value)
+        clocks = 0
+        while not (await self.read_reg("STATUS")) & 1:
+            await ClockCycles(dut.clk, 50)
+            clocks += 50
+            if progress is not None:
+                progress(clocks)
+            if clocks >= timeout:
+                raise TimeoutError(f"seed {self.seed}: engine not idle after {timeout} clocks")
+        self.clocks = clocks
+        await ClockCycles(dut.clk, settle)
+        await self.axil.write_dword(REG["QPC_CMD"].offset, 2)          # FLUSH
+        while (await self.read_reg("QPC_CMD_STATUS")) & 1:
+            await ClockCycles(dut.clk, 10)
+        assert (await self.read_reg("QPC_CMD_STATUS")) >> 1 == 0, "QPC FLUSH failed"
+        frames, aborted = [], 0
+        while not self.sink.empty():
+            f = self.sink.recv_nowait()
+            user = f.tuser[-1] if isinstance(f.tuser, list) else f.tuser
+            if user:
+                aborted += 1
+            else:
+                frames.append(bytes(f.tdata))
+        beats = sum(-(-len(f) // 8) for f in frames)
+        regs = {name: await self.read_reg(name) for name in CHECKED_REGS if name not in skip_regs}
+        self.regs = {name: await self.read_reg(name) for name in CHECKED_REGS}
+        mismatches = compare(w, model, frames, self.ram.read, regs)
+        status = await self.read_reg("STATUS")
+        if bool(status >> 1 & 1) != bool(int(dut.irq.value)):
+            mismatches.append(f"irq pin {int(dut.irq.value)} but STATUS.IRQ {status >> 1 & 1}")
+        want_irq = bool(model.reg("INT_STATUS") & model.reg("INT_ENABLE"))
+        if "INT_STATUS" not in skip_regs and want_irq != bool(int(dut.irq.value)):
+            mismatches.append(f"irq pin {int(dut.irq.value)}, model {int(want_irq)}")
+        dut._log.info("seed %d: %d frames, %d aborted, %d CQEs, %d clocks to idle", self.seed, len(frames), aborted,
+                      len(model.cqes), clocks)
+        return RunResult(model, frames, aborted, mismatches, clocks, beats, dict(self.regs))
+
+    async def run(self, w, **kw):
+        """:meth:`execute`, failing on any mismatch; returns the model."""
+        r = await self.execute(w, **kw)
+        assert not r.mismatches, f"seed {self.seed}: RTL differs from the model:\n  " + "\n  ".join(r.mismatches)
+        return r.model
+
+
+class FrameClock:
+    """Watches m_axis: the clock of every beat transferred and of every frame's first beat."""
+
+    def __init__(self, dut):
+        self.dut, self.beats, self.starts, self.ends = dut, [], [], []
+        cocotb.start_soon(self._watch())
+
+    async def _watch(self):
+        d, first = self.dut, True
+        while True:
+            await RisingEdge(d.clk)
+            if int(d.m_axis__tvalid.value) and int(d.m_axis__tready.value):
+                t = clock_now()
+                self.beats.append(t)
+                if first:
+                    self.starts.append(t)
+                first = bool(int(d.m_axis__tlast.value))
+                if first:
+                    self.ends.append(t)

@@ -1,0 +1,117 @@
+"""Run workloads on the RTL from the command line: build (cached), simulate, collect results.
+
+:func:`run_workloads` builds the ``Rnic`` top level with Verilator (once per configuration, in
+``build/sim``), runs :mod:`rnic.sim.rtl_job` in the simulator and returns one :class:`RtlRun` per
+workload: the RTL's frames and the comparison with the golden model.
+"""
+
+from __future__ import annotations
+
+import collections
+import pickle
+import tempfile
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..model.descriptor import LinkMode
+from ..model.pcap import write_pcap_for_mode
+from ..model.wqe import CqeStatus
+
+__all__ = ["RtlRun", "run_workloads", "write_pcaps", "summary"]
+
+
+@dataclass
+class RtlRun:
+    frames: list[bytes]
+    aborted: int
+    mismatches: list[str]
+    clocks: int
+    beats: int
+    modes: list[int]
+    model_frames: int
+    cqe_status: list[int]
+    regs: dict = field(default_factory=dict)
+
+    @property
+    def efficiency(self) -> float:
+        return self.beats / self.clocks if self.clocks else 0.0
+
+
+def run_workloads(workloads, *, seed: int = 1, max_qps: int = 256, waves: Path | None = None,
+                  log: Path | None = None, status=print) -> list[RtlRun]:
+    """``workloads``: a list of ``(Workload, options for TB.execute)``. The simulator's output goes
+    to ``log``; ``status(text)`` gets progress lines."""
+    from ..hdl.rnic import Rnic
+    from .toolchain import build, build_root, run
+    key = f"rnic-q{max_qps}"
+    fresh = not (build_root() / (key + ("-waves" if waves else "")) / "rnic").exists()
+    status(f"building the RTL with Verilator ({'about a minute, once' if fresh else 'cached'}) ...")
+    b = build(lambda: Rnic(max_qps=max_qps), "rnic", key, waves=waves is not None)
+    with tempfile.TemporaryDirectory() as tmp:
+        job, result, progress = Path(tmp) / "job.pkl", Path(tmp) / "result.pkl", Path(tmp) / "progress"
+        job.write_bytes(pickle.dumps({"seed": seed, "workloads": list(workloads)}))
+        env = {"RNIC_JOB": str(job), "RNIC_RESULT": str(result), "RNIC_PROGRESS": str(progress)}
+        box = {}
+
+        def simulate():
+            try:
+                box["counts"] = run(b, "rnic.sim.rtl_job", seed=seed, extra_env=env, log_file=log, quiet=True)
+            except BaseException as err:          # reported below
+                box["error"] = err
+
+        worker = threading.Thread(target=simulate)
+        worker.start()
+        n = len(workloads)
+        while worker.is_alive():
+            worker.join(0.5)
+            if progress.exists():
+                try:
+                    i, clocks = progress.read_text().split()
+                    status(f"\r  simulating workload {int(i) + 1}/{n}: {int(clocks):,} clocks", end="")
+                except ValueError:
+                    pass
+        status("")
+        tests, fails = box.get("counts", (1, 1))
+        if "error" in box or fails or not result.exists():
+            where = f" (simulator log: {log})" if log else ""
+            raise RuntimeError(f"the RTL simulation failed{where}: {box.get('error', 'see the log')}")
+        out = [RtlRun(**r) for r in pickle.loads(result.read_bytes())]
+    if waves is not None:
+        for f in b.build_dir.glob("*.fst"):
+            waves.parent.mkdir(parents=True, exist_ok=True)
+            f.replace(waves)
+            break
+    return out
+
+
+def write_pcaps(run: RtlRun, out_dir: Path) -> dict[LinkMode, Path]:
+    """One pcap per link mode, ``out_dir/<mode>.pcap``, RTL frames in wire order (the link mode of
+    frame ``i`` is the model's packet ``i``'s)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    by_mode = collections.defaultdict(list)
+    for frame, mode in zip(run.frames, run.modes):
+        by_mode[LinkMode(mode)].append(frame)
+    paths = {}
+    for mode in LinkMode:
+        if by_mode[mode]:
+            paths[mode] = out_dir / f"{mode.slug}.pcap"
+            write_pcap_for_mode(paths[mode], mode, by_mode[mode])
+    return paths
+
+
+def summary(runs: list[RtlRun]) -> str:
+    """The report table: frames, bytes, clocks, efficiency, completions by status, mismatches."""
+    frames = sum(len(r.frames) for r in runs)
+    nbytes = sum(sum(map(len, r.frames)) for r in runs)
+    clocks = sum(r.clocks for r in runs)
+    beats = sum(r.beats for r in runs)
+    status = collections.Counter(s for r in runs for s in r.cqe_status)
+    mism = sum(len(r.mismatches) for r in runs)
+    lines = [f"{'frames':<22}{frames}", f"{'aborted frames':<22}{sum(r.aborted for r in runs)}",
+             f"{'bytes':<22}{nbytes}", f"{'clocks to idle':<22}{clocks}",
+             f"{'efficiency':<22}{beats / clocks if clocks else 0:.3f}  (frame beats / clocks, 64-bit bus)"]
+    for s, n in sorted(status.items()):
+        lines.append(f"{'CQEs ' + CqeStatus(s).name:<22}{n}")
+    lines.append(f"{'mismatches':<22}{mism}")
+    return "\n".join(lines)

@@ -1,0 +1,77 @@
+"""The simulation CLI: scenario files (schema errors name the field), `run` and `soak` on the RTL.
+
+The RTL runs share the Verilator build of cocotb_tests/test_rnic.py (build/sim/rnic-q256).
+"""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rnic.model.pcap import read_pcap
+from rnic.sim.scenario_file import ScenarioError, load_scenario, parse
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _cli(*args, timeout=900):
+    return subprocess.run([sys.executable, "-m", "rnic.sim", *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout, cwd=ROOT)
+
+
+@pytest.mark.parametrize("data, message", [
+    ([], "scenario: the top level must be a table/object"),
+    ({"qps": []}, "qps: at least one QP is needed"),
+    ({"qps": [{"service": "XC"}]}, "qps[0].service: 'XC' is not one of RC, UC, UD"),
+    ({"qps": [{"mtu": 1000}]}, "qps[0].mtu: 1000 is not one of 256, 512, 1024, 2048, 4096"),
+    ({"qps": [{"mode": "rocev3"}]}, "qps[0].mode: 'rocev3' is not one of"),
+    ({"qps": [{"qpn": 3}]}, "qps[0].qpn: QPs are numbered 0, 1, 2 ... in order; expected 0, got 3"),
+    ({"qps": [{}], "work": [{"qpn": 1, "opcode": "SEND"}]}, "work[0].qpn: 1 is outside 0..0"),
+    ({"qps": [{}], "work": [{"qpn": 0}]}, "work[0].opcode: missing"),
+    ({"qps": [{}], "work": [{"qpn": 0, "opcode": "SEND", "length": "big"}]}, "work[0].length: expected int, got 'big'"),
+    ({"qps": [{}], "work": [{"qpn": 0, "opcode": "SEND", "length": 40, "inline": True}]},
+     "work[0].length: 40 bytes cannot be inline (at most 32 on this QP)"),
+    ({"qps": [{}], "work": [{"qpn": 0, "opcode": "SEND", "count": 300}]}, "work[0].count: QP 0's send queue holds 256 WQEs"),
+    ({"qps": [{}], "colour": 1}, "scenario: unknown field colour"),
+    ({"qps": [{}], "memory": {"latency": [9, 3]}}, "memory.latency: expected clocks or [min, max]"),
+    ({"random": {"qps": 4}, "qps": [{}]}, "scenario: give either random or qps/work, not both"),
+])
+def test_scenario_errors_name_the_field(data, message):
+    with pytest.raises(ScenarioError) as err:
+        parse(data)
+    assert str(err.value).startswith(message), str(err.value)
+
+
+def test_examples_parse():
+    for path in sorted((ROOT / "examples").iterdir()):
+        sc = load_scenario(path)
+        assert sc.workload.qpns
+
+
+def test_bad_file_is_a_clear_cli_error(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"qps": [{"service": "XC"}]}')
+    proc = _cli("run", bad, "--out", tmp_path / "out", timeout=120)
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == "error: qps[0].service: 'XC' is not one of RC, UC, UD"
+    broken = tmp_path / "broken.toml"
+    broken.write_text("[[qps]\n")
+    proc = _cli("run", broken, "--out", tmp_path / "out", timeout=120)
+    assert proc.returncode == 1 and "not valid TOML" in proc.stderr
+
+
+def test_run_example_on_the_rtl(tmp_path):
+    proc = _cli("run", ROOT / "examples" / "two_qps.toml", "--out", tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "mismatches            0" in proc.stdout
+    _, roce = read_pcap(tmp_path / "rocev2-ipv4.pcap")
+    _, ib = read_pcap(tmp_path / "ib-global.pcap")
+    assert len(roce) == 2 * 5 + 1 and len(ib) == 4      # 5000 B at MTU 1024 twice + one empty SEND
+
+
+def test_short_soak(tmp_path):
+    proc = _cli("soak", "--cycles", "20000", "--seed", "5", "--batch", "2", "--out", tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "mismatches            0" in proc.stdout
