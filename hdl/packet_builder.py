@@ -7,17 +7,19 @@ and synthesis boundary). docs/packet-builder.md describes the block, its timing 
 
 Pipeline (all stages move one descriptor or one beat per clock)::
 
-    desc -> s1 (register) -> s2 (decode, opcode ROM, extended headers, payload rounded to 4,
-                                 IPv4 word pairs)
-         -> s3 (transport, header and frame lengths, IPv4 partial sum)
-         -> s4 (IPv4 sum with total length, frame parameters: beat counts, lane masks)
+    desc -> s1 (register) -> s2 (decode, opcode ROM: one-hot extended header selection and
+                                 length, header lengths, payload rounded to 4, IPv4 word pairs)
+         -> s3 (extended headers, transport and frame lengths, IPv4 partial sum)
+         -> s4 (IPv4 sum with total length, frame parameters: beat counts, lane masks; template
+                group selects)
          -> s5 (IPv4 checksum, header byte vectors: wire and ICRC view) -> k (skid register)
          -> generator (header beats, then payload shifted by header length mod W/8 through a carry
             register, pad, CRC placeholder bytes) -> bt (beat register, feeds both CRC engines)
          -> delay line (CRC latency + 2) -> append ICRC / VCRC -> output FIFO -> frame
 
 s1..s5 stall on registered conditions only (the skid register k takes s5 whenever the generator
-does not), so the payload handshake never reaches the wide stage registers. The generator runs on
+does not), so the payload handshake never reaches the wide stage registers; each stage's enable is
+itself a flip-flop, computed one clock ahead from the next-state valids. The generator runs on
 credits: it only emits a beat when the output FIFO is sure to have room for it, so the delay line
 and the CRC engines never stall and each beat meets its CRC value at a fixed distance.
 
@@ -27,7 +29,7 @@ order); multi-byte header fields are big-endian on the wire, CRCs least-signific
 
 from __future__ import annotations
 
-from amaranth import Cat, Const, Module, Mux, Signal
+from amaranth import Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
@@ -163,6 +165,42 @@ def _header(cls, **values):
     return _wire(fields)
 
 
+class _Src:
+    """A named multi-bit source of header bits (a descriptor field or a derived value): bit ``i``
+    of it is the same signal, wherever and in whichever template it lands."""
+
+    def __init__(self, name, value):
+        self.name, self.value = name, Value.cast(value)
+
+
+def _field_bits(value, width):
+    """``width`` header bits (LSB first) of an ``int`` or a :class:`_Src`: ints 0/1 or ``(key, bit)``."""
+    if isinstance(value, int):
+        return [(value >> i) & 1 for i in range(width)]
+    n = min(width, len(value.value))
+    return [((value.name, i), value.value[i]) for i in range(n)] + [0] * (width - n)
+
+
+def _wire_bits(fields):
+    """As :func:`_wire`, but a list of per-bit entries (see :func:`_field_bits`)."""
+    total = sum(w for _, w in fields)
+    assert total % 8 == 0, fields
+    bits = [b for v, w in reversed(fields) for b in _field_bits(v, w)]
+    n = total // 8
+    return [bits[8 * (n - 1 - k) + b] for k in range(n) for b in range(8)]
+
+
+def _header_bits(cls, **values):
+    """As :func:`_header`, but a list of per-bit entries."""
+    fields = []
+    for name, width in cls.LAYOUT:
+        if name not in values:
+            assert name.startswith("resv"), (cls, name)
+        fields.append((values.get(name, 0), width))
+    assert set(values) <= {n for n, _ in cls.LAYOUT}, (cls, values)
+    return _wire_bits(fields)
+
+
 def _ext_header(cls, d):
     if cls is hd.RETH:
         return _header(cls, va=d.reth_va, rkey=d.reth_rkey, dma_len=d.reth_dma_len)
@@ -228,7 +266,7 @@ class PacketBuilder(wiring.Component):
     desc : ``In(stream.Signature(DescriptorLayout))``
         One descriptor per frame; transfer on ``valid & ready``. Descriptors are taken in order and
         pipelined (up to six are held: s1..s5 and the skid register), one per clock;
-        ``ready`` depends on registers only.
+        ``ready`` is a flip-flop.
     payload : ``In(PacketStream(W))``
         Payload bytes of the descriptors with ``payload_len > 0``, in descriptor order, each packet
         ending with ``last``. Beats are full (``keep`` all ones) except the last, whose ``keep`` is
@@ -283,52 +321,60 @@ class PacketBuilder(wiring.Component):
         # the skid register k after s5 is empty. Every enable is a function of registers only:
         # the generator's load decision (which depends on the payload handshake) never reaches
         # the wide stage registers.
+        # The enables themselves are registers, computed one clock ahead from the next-state
+        # valids, so each drives its stage's ~1 000 flip-flop enables straight from a flip-flop.
         valid = [Signal(name=f"s{i}_valid") for i in range(1, 6)]
         s1_valid, s2_valid, s3_valid, s4_valid, s5_valid = valid
+        en = [Signal(name=f"s{i}_en", init=1) for i in range(1, 6)]
+        s1_en, s2_en, s3_en, s4_en, s5_en = en
         k_valid = Signal()
         g_load = Signal()
-        s1_en, s2_en, s3_en, s4_en, s5_en = (
-            Cat(~k_valid, *(~v for v in valid[k:])).any() for k in range(5))
+        k_next = ~g_load & (k_valid | s5_valid)
+        valid_next = [Mux(e, v_in, v) for e, v_in, v in zip(en, [self.desc.valid, *valid[:4]], valid)]
+        m.d.sync += [v.eq(v_next) for v, v_next in zip(valid, valid_next)]
+        m.d.sync += k_valid.eq(k_next)
+        m.d.sync += [e.eq(~Cat(k_next, *valid_next[i:]).all()) for i, e in enumerate(en)]
 
         # ---- s1: descriptor register
-        s1_d = Signal(DescriptorLayout)
+        s1_d = Signal(DescriptorLayout, reset_less=True)
         m.d.comb += self.desc.ready.eq(s1_en)
         with m.If(s1_en):
-            m.d.sync += [s1_valid.eq(self.desc.valid), s1_d.eq(self.desc.payload)]
+            m.d.sync += s1_d.eq(self.desc.payload)
 
         # ---- s2: decode, opcode ROM, extended headers, payload length rounded up, IPv4 word pairs
         d = s1_d
-        s2_d = Signal(DescriptorLayout)
+        s2_d = Signal(DescriptorLayout, reset_less=True)
         s2_bad_mode = Signal()
         s2_too_long = Signal()
         s2_pdecl_nz = Signal()
         s2_p = Signal(_LEN_BITS)
         s2_p4 = Signal(_LEN_BITS)
         s2_pad = Signal(2)
-        s2_ext = Signal(8 * _EXT_MAX)
+        s2_csel = Signal(len(_EXT_COMBOS))
         s2_ext_len = Signal(range(_EXT_MAX + 1))
         s2_tmpl = Signal(range(nt))
+        s2_h = Signal(range(HEADER_MAX + 1))          # header length
+        s2_hc = Signal(range(HEADER_MAX + 8))         # header + CRC lengths
+        s2_cs = Signal(range(B * 2 + 16))             # first ICRC-covered byte
         s2_pairs = [Signal(17, name=f"s2_pair{k}") for k in range(4)]
 
         bad_mode = d.mode >= len(LinkMode)
         too_long = d.payload_len > MAX_PAYLOAD
         bad = bad_mode | too_long
         mode_eff = Mux(bad_mode, LinkMode.ROCEV2_IPV4, d.mode)
-        combo = Signal(range(len(_EXT_COMBOS)))
+        # Opcode ROM: the extended header combination (one-hot, registered) and its length. The
+        # extended headers themselves are assembled in s3 from the registered selection.
+        csel = Signal(len(_EXT_COMBOS))
+        ext_len = Signal(range(_EXT_MAX + 1))
         with m.Switch(d.opcode):
             for op, info in OPCODE_INFO.items():
                 index = _EXT_COMBOS.index(info.ext_headers)
                 if index:
                     with m.Case(int(op)):
-                        m.d.comb += combo.eq(index)
-        ext = Signal(8 * _EXT_MAX)
-        ext_len = Signal(range(_EXT_MAX + 1))
-        with m.Switch(combo):
-            for index, hdrs in enumerate(_EXT_COMBOS):
-                with m.Case(index):
-                    if hdrs:
-                        m.d.comb += ext.eq(Cat(*(_ext_header(h, d) for h in hdrs)))
-                    m.d.comb += ext_len.eq(sum(h.SIZE for h in hdrs))
+                        m.d.comb += [csel.eq(1 << index),
+                                     ext_len.eq(sum(h.SIZE for h in info.ext_headers))]
+            with m.Default():
+                m.d.comb += csel.eq(1)
         tmpl = Signal(range(nt))
         with m.Switch(mode_eff):
             for t in _TEMPLATES:
@@ -339,6 +385,15 @@ class PacketBuilder(wiring.Component):
                         m.d.comb += tmpl.eq(t.index)
                     else:
                         m.d.comb += tmpl.eq(t.index + d.vlan_present)
+        # Template constants (registered, so s3 adds one term to each length).
+        base_len = Signal(range(HEADER_MAX + 1))
+        base_crc = Signal(range(HEADER_MAX + 8))
+        cs = Signal(range(B * 2 + 16))
+        with m.Switch(tmpl):
+            for t in _TEMPLATES:
+                with m.Case(t.index):
+                    m.d.comb += [base_len.eq(t.base_len), base_crc.eq(t.base_len + t.crc_len),
+                                 cs.eq(t.crc_start)]
         # IPv4 header words other than total length and checksum, summed in pairs.
         words = [Const(0x4500, 16) | d.traffic_class, d.ip_id, Const(hd.IPV4_FLAG_DF << 13, 16),
                  Cat(Const(hd.IP_PROTO_UDP, 8), d.hop_limit),
@@ -346,24 +401,25 @@ class PacketBuilder(wiring.Component):
         p_up4 = (d.payload_len + 3)[2:]
         with m.If(s2_en):
             m.d.sync += [
-                s2_valid.eq(s1_valid), s2_d.eq(d),
+                s2_d.eq(d),
                 s2_bad_mode.eq(bad_mode), s2_too_long.eq(too_long),
                 s2_pdecl_nz.eq(d.payload_len != 0),
                 s2_p.eq(Mux(bad, 0, d.payload_len)),
                 s2_p4.eq(Mux(bad, 0, Cat(Const(0, 2), p_up4))),
                 s2_pad.eq(Mux(bad, 0, -d.payload_len[:2])),
-                s2_ext.eq(ext), s2_ext_len.eq(ext_len), s2_tmpl.eq(tmpl),
+                s2_csel.eq(csel), s2_ext_len.eq(ext_len), s2_tmpl.eq(tmpl),
+                s2_h.eq(base_len + ext_len), s2_hc.eq(base_crc + ext_len), s2_cs.eq(cs),
                 *(s2_pairs[k].eq(words[2 * k] + words[2 * k + 1]) for k in range(4)),
             ]
 
         # ---- s3: transport length, header and frame lengths, IPv4 partial sum
-        s3_d = Signal(DescriptorLayout)
+        s3_d = Signal(DescriptorLayout, reset_less=True)
         s3_bad_mode = Signal()
         s3_too_long = Signal()
         s3_pdecl_nz = Signal()
         s3_p = Signal(_LEN_BITS)
         s3_pad = Signal(2)
-        s3_ext = Signal(8 * _EXT_MAX)
+        s3_ext = Signal(8 * _EXT_MAX, reset_less=True)
         s3_tmpl = Signal(range(nt))
         s3_tl = Signal(_LEN_BITS)
         s3_ip4 = Signal(16)
@@ -373,27 +429,22 @@ class PacketBuilder(wiring.Component):
         s3_f = Signal(_LEN_BITS)
         s3_cs = Signal(range(B * 2 + 16))
 
-        base_len = Signal(range(HEADER_MAX + 1))
-        base_crc = Signal(range(HEADER_MAX + 8))
-        cs = Signal(range(B * 2 + 16))
-        with m.Switch(s2_tmpl):
-            for t in _TEMPLATES:
-                with m.Case(t.index):
-                    m.d.comb += [base_len.eq(t.base_len), base_crc.eq(t.base_len + t.crc_len),
-                                 cs.eq(t.crc_start)]
+        ext_terms = []
+        for index, hdrs in enumerate(_EXT_COMBOS):
+            if hdrs:
+                ext_c = Cat(*(_ext_header(h, s2_d) for h in hdrs))
+                ext_terms.append(_fit(ext_c, 8 * _EXT_MAX) & s2_csel[index].replicate(8 * _EXT_MAX))
+        ext = _or_all(ext_terms)
         tl_fixed = hd.BTH.SIZE + ICRC_LEN
         with m.If(s3_en):
             m.d.sync += [
-                s3_valid.eq(s2_valid), s3_d.eq(s2_d),
+                s3_d.eq(s2_d),
                 s3_bad_mode.eq(s2_bad_mode), s3_too_long.eq(s2_too_long), s3_pdecl_nz.eq(s2_pdecl_nz),
-                s3_p.eq(s2_p), s3_pad.eq(s2_pad), s3_ext.eq(s2_ext), s3_tmpl.eq(s2_tmpl),
+                s3_p.eq(s2_p), s3_pad.eq(s2_pad), s3_ext.eq(ext), s3_tmpl.eq(s2_tmpl),
                 s3_tl.eq(s2_p4 + (s2_ext_len + tl_fixed)),
                 s3_ip4.eq(s2_p4 + (s2_ext_len + (tl_fixed + hd.IPv4.SIZE + hd.UDP.SIZE))),
                 s3_sum.eq((s2_pairs[0] + s2_pairs[1]) + (s2_pairs[2] + s2_pairs[3])),
-                s3_h.eq(base_len + s2_ext_len),
-                s3_t.eq((base_len + s2_ext_len) + s2_p4),
-                s3_f.eq((base_crc + s2_ext_len) + s2_p4),
-                s3_cs.eq(cs),
+                s3_h.eq(s2_h), s3_t.eq(s2_h + s2_p4), s3_f.eq(s2_hc + s2_p4), s3_cs.eq(s2_cs),
             ]
 
         # ---- s4: IPv4 sum with total length (folded once), frame parameters
@@ -402,14 +453,15 @@ class PacketBuilder(wiring.Component):
             "nbm1": _LEN_BITS, "last_keep": B, "jt": _LEN_BITS, "jt1": _LEN_BITS, "tail_off": max(lb, 1),
             "cs_beat": _LEN_BITS, "cs_mask": B, "jc": _LEN_BITS, "crc_last_mask": B,
         })
-        s4_d = Signal(DescriptorLayout)
+        s4_d = Signal(DescriptorLayout, reset_less=True)
         s4_bad_mode = Signal()
         s4_too_long = Signal()
         s4_pdecl_nz = Signal()
         s4_pad = Signal(2)
-        s4_ext = Signal(8 * _EXT_MAX)
-        s4_tsel = Signal(nt)         # one-hot template: an AND-OR header mux without a decoder
+        s4_ext = Signal(8 * _EXT_MAX, reset_less=True)
         s4_tl = Signal(_LEN_BITS)
+        s4_udp = Signal(16)          # UDP length (IPv6 payload length)
+        s4_lrhw = [Signal(11, name=f"s4_lrhw{g}") for g in range(2)]  # LRH PktLen: local, global
         s4_ip4 = Signal(16)
         s4_sum = Signal(17)
         s4_p = Signal(params)
@@ -418,9 +470,12 @@ class PacketBuilder(wiring.Component):
         m.d.comb += sum_total.eq(s3_sum + s3_ip4)
         with m.If(s4_en):
             m.d.sync += [
-                s4_valid.eq(s3_valid), s4_d.eq(s3_d),
+                s4_d.eq(s3_d),
                 s4_bad_mode.eq(s3_bad_mode), s4_too_long.eq(s3_too_long), s4_pdecl_nz.eq(s3_pdecl_nz),
-                s4_pad.eq(s3_pad), s4_ext.eq(s3_ext), s4_tsel.eq(Const(1, nt) << s3_tmpl), s4_tl.eq(s3_tl),
+                s4_pad.eq(s3_pad), s4_ext.eq(s3_ext), s4_tl.eq(s3_tl),
+                s4_udp.eq(hd.UDP.SIZE + s3_tl),
+                s4_lrhw[0].eq((hd.LRH.SIZE + s3_tl)[2:]),
+                s4_lrhw[1].eq((hd.LRH.SIZE + hd.GRH.SIZE + s3_tl)[2:]),
                 s4_ip4.eq(s3_ip4),
                 s4_sum.eq(sum_total[:16] + sum_total[16:]),
                 s4_p.nh.eq(s3_h[lb:]), s4_p.h.eq(s3_h[:lb]),
@@ -442,73 +497,105 @@ class PacketBuilder(wiring.Component):
             "first_last": 1,         # the frame is one beat
             "first_final": 1,        # payload beat 0 is the payload's last
         })
-        s5_f = Signal(frame_info)
+        s5_f = Signal(frame_info, reset_less=True)
 
+        # The header vectors are built bit by bit: for each bit, the templates are grouped by the
+        # signal (descriptor field bit, derived value bit, constant one) they put there, and the
+        # bit is an AND-OR over those signals with one registered select per template group
+        # (decoded from the template number in s4). Two or three LUT levels, no shared decoder.
         d = s4_d
         csum = Signal(16)
         m.d.comb += csum.eq(~(s4_sum[:16] + s4_sum[16]))
-        udp_len = hd.UDP.SIZE + s4_tl
-        hdr = Signal(8 * HB)
-        hdrm = Signal(8 * HB)
-        ib = Signal()
-        hdr_terms, hdrm_terms, ib_terms = [], [], []
+
+        def f(name):
+            return _Src(name, getattr(d, name))
+
+        udp_len = _Src("udp_len", s4_udp)
+        wire_bits = []
         for t in _TEMPLATES:
-            parts = []
+            bits = []
             if not t.ib:
                 ethertype = {LinkMode.ROCEV2_IPV4: hd.ETHERTYPE_IPV4,
                              LinkMode.ROCEV2_IPV6: hd.ETHERTYPE_IPV6,
                              LinkMode.ROCEV1: hd.ETHERTYPE_ROCEV1}[t.mode]
-                eth = [(d.dst_mac, 48), (d.src_mac, 48)]
+                eth = [(f("dst_mac"), 48), (f("src_mac"), 48)]
                 if t.vlan:
-                    eth += [(hd.ETHERTYPE_VLAN, 16), (d.vlan_tci, 16)]
-                parts.append(_wire(eth + [(ethertype, 16)]))
+                    eth += [(hd.ETHERTYPE_VLAN, 16), (f("vlan_tci"), 16)]
+                bits += _wire_bits(eth + [(ethertype, 16)])
             else:
-                words = (hd.LRH.SIZE + (hd.GRH.SIZE if t.grh else 0) + s4_tl)[2:]
-                parts.append(_header(
-                    hd.LRH, vl=d.vl, lver=hd.LVER_IBA, sl=d.sl,
+                bits += _header_bits(
+                    hd.LRH, vl=f("vl"), lver=hd.LVER_IBA, sl=f("sl"),
                     lnh=hd.LNH_IBA_GLOBAL if t.grh else hd.LNH_IBA_LOCAL,
-                    dlid=d.dlid, pkt_len=words, slid=d.slid))
+                    dlid=f("dlid"), pkt_len=_Src(f"lrhw{int(t.grh)}", s4_lrhw[t.grh]), slid=f("slid"))
             if t.mode is LinkMode.ROCEV2_IPV4:
-                parts.append(_header(
-                    hd.IPv4, version=4, ihl=5, tos=d.traffic_class,
-                    total_length=s4_ip4, ident=d.ip_id, flags=hd.IPV4_FLAG_DF,
-                    frag_offset=0, ttl=d.hop_limit, protocol=hd.IP_PROTO_UDP, checksum=csum,
-                    src=d.src_gid[:32], dst=d.dst_gid[:32]))
+                bits += _header_bits(
+                    hd.IPv4, version=4, ihl=5, tos=f("traffic_class"),
+                    total_length=_Src("ip4", s4_ip4), ident=f("ip_id"), flags=hd.IPV4_FLAG_DF,
+                    frag_offset=0, ttl=f("hop_limit"), protocol=hd.IP_PROTO_UDP,
+                    checksum=_Src("csum", csum), src=f("src_gid"), dst=f("dst_gid"))
             elif t.mode is LinkMode.ROCEV2_IPV6:
-                parts.append(_header(
-                    hd.IPv6, version=hd.IP_VERSION_6, traffic_class=d.traffic_class,
-                    flow_label=d.flow_label, payload_length=udp_len,
-                    next_header=hd.IP_PROTO_UDP, hop_limit=d.hop_limit,
-                    src=d.src_gid, dst=d.dst_gid))
+                bits += _header_bits(
+                    hd.IPv6, version=hd.IP_VERSION_6, traffic_class=f("traffic_class"),
+                    flow_label=f("flow_label"), payload_length=udp_len,
+                    next_header=hd.IP_PROTO_UDP, hop_limit=f("hop_limit"),
+                    src=f("src_gid"), dst=f("dst_gid"))
             elif t.grh:
-                parts.append(_header(
-                    hd.GRH, ipver=hd.IP_VERSION_6, tclass=d.traffic_class,
-                    flow_label=d.flow_label, pay_len=s4_tl,
-                    next_header=hd.GRH_NEXT_HEADER_IBA, hop_limit=d.hop_limit,
-                    sgid=d.src_gid, dgid=d.dst_gid))
+                bits += _header_bits(
+                    hd.GRH, ipver=hd.IP_VERSION_6, tclass=f("traffic_class"),
+                    flow_label=f("flow_label"), pay_len=_Src("tl", s4_tl),
+                    next_header=hd.GRH_NEXT_HEADER_IBA, hop_limit=f("hop_limit"),
+                    sgid=f("src_gid"), dgid=f("dst_gid"))
             if t.mode in (LinkMode.ROCEV2_IPV4, LinkMode.ROCEV2_IPV6):
-                parts.append(_header(hd.UDP, sport=d.udp_sport, dport=hd.ROCEV2_UDP_PORT,
-                                     length=udp_len, checksum=0))
-            parts.append(_header(
-                hd.BTH, opcode=d.opcode, se=d.se, migreq=d.migreq, pad_count=s4_pad,
-                tver=hd.TVER_IBA, pkey=d.pkey, fecn=d.fecn, becn=d.becn,
-                dest_qp=d.dest_qp, ackreq=d.ackreq, psn=d.psn))
-            base = Cat(*parts)
-            assert len(base) == 8 * t.base_len
-            full = Cat(base, s4_ext)
-            sel = s4_tsel[t.index]
-            hdr_terms.append(full & sel.replicate(len(full)))
-            hdrm_terms.append((full | Const(t.or_mask, 8 * t.base_len)) & sel.replicate(len(full)))
-            if t.ib:
-                ib_terms.append(sel)
+                bits += _header_bits(hd.UDP, sport=f("udp_sport"), dport=hd.ROCEV2_UDP_PORT,
+                                     length=udp_len, checksum=0)
+            bits += _header_bits(
+                hd.BTH, opcode=f("opcode"), se=f("se"), migreq=f("migreq"),
+                pad_count=_Src("pad", s4_pad), tver=hd.TVER_IBA, pkey=f("pkey"), fecn=f("fecn"),
+                becn=f("becn"), dest_qp=f("dest_qp"), ackreq=f("ackreq"), psn=f("psn"))
+            assert len(bits) == 8 * t.base_len
+            bits += _field_bits(_Src("ext", s4_ext), 8 * _EXT_MAX)
+            bits += [0] * (8 * HB - len(bits))
+            wire_bits.append(bits)
+
+        groups = {}                  # frozenset of template indices -> registered select
+
+        def group(members):
+            members = frozenset(members)
+            if len(members) == nt:
+                return Const(1, 1)
+            if members not in groups:
+                groups[members] = Signal(name=f"s4_grp{len(groups)}")
+            return groups[members]
+
+        def mux_bit(entries):
+            sources, ones_at = {}, set()
+            for t, e in zip(_TEMPLATES, entries):
+                if isinstance(e, int):
+                    if e:
+                        ones_at.add(t.index)
+                else:
+                    key, value = e
+                    sources.setdefault(key, (value, set()))[1].add(t.index)
+            terms = [value & group(members) for value, members in sources.values()]
+            if ones_at:
+                terms.append(group(ones_at))
+            return _or_all(terms) if terms else Const(0, 1)
+
+        hdr = Signal(8 * HB)
+        hdrm = Signal(8 * HB)
+        ib = Signal()
         m.d.comb += [
-            hdr.eq(_or_all(hdr_terms)),
-            hdrm.eq(_or_all(hdrm_terms)),
-            ib.eq(_or_all(ib_terms)),
+            hdr.eq(Cat(*(mux_bit([bits[i] for bits in wire_bits]) for i in range(8 * HB)))),
+            hdrm.eq(Cat(*(mux_bit([1 if t.or_mask >> i & 1 else bits[i]
+                                   for t, bits in zip(_TEMPLATES, wire_bits)])
+                          for i in range(8 * HB)))),
+            ib.eq(group(t.index for t in _TEMPLATES if t.ib)),
         ]
+        with m.If(s4_en):
+            m.d.sync += [sel.eq(Cat(*(s3_tmpl == i for i in sorted(members))).any())
+                         for members, sel in groups.items()]
         with m.If(s5_en):
             m.d.sync += [
-                s5_valid.eq(s4_valid),
                 s5_f.hdr.eq(hdr), s5_f.hdrm.eq(hdrm), s5_f.p.eq(s4_p), s5_f.ib.eq(ib),
                 s5_f.bad_mode.eq(s4_bad_mode), s5_f.too_long.eq(s4_too_long), s5_f.pdecl_nz.eq(s4_pdecl_nz),
                 s5_f.first_hdr.eq(s4_p.nh != 0),
@@ -519,107 +606,148 @@ class PacketBuilder(wiring.Component):
 
         # ---- k: skid register between s5 and the generator (registered ready for s1..s5). It
         # captures s5 whenever it is empty; it is full when the generator did not take s5.
-        k_f = Signal(frame_info)
+        k_f = Signal(frame_info, reset_less=True)
         src = Signal(frame_info)
         src_valid = k_valid | s5_valid
         m.d.comb += src.eq(Mux(k_valid, k_f, s5_f))
         with m.If(~k_valid):
             m.d.sync += k_f.eq(s5_f)
-        m.d.sync += k_valid.eq(Mux(k_valid, ~g_load, s5_valid & ~g_load))
 
-        # ---- generator. Control flags for the current beat are registers (computed one beat
-        # ahead), so the payload handshake and the load decision are a few LUTs deep.
-        g_active = Signal()
-        g_j = Signal(_LEN_BITS)
-        g_pi = Signal(_LEN_BITS)
-        g_hdr = Signal(8 * HB)
-        g_hdrm = Signal(8 * HB)
-        g_p = Signal(params)
+        # ---- generator. Control flags for the current beat are registers computed one beat
+        # ahead, down to the push and load decisions themselves: `push` is one LUT of registered
+        # flags and the payload valid, `g_load` one more after it.
+        # The header (wire and ICRC view) in two parts: the low beat (the header beat being sent,
+        # then the carry of the payload shifter) and the beats above it. The upper beats are only
+        # read during header-only beats; at any other time they follow the next frame's header, so
+        # their register enables are functions of registers only (never of the payload handshake).
+        g_lo = Signal(W, reset_less=True)
+        g_lom = Signal(W, reset_less=True)
+        g_hi = Signal(8 * HB - W, reset_less=True)
+        g_him = Signal(8 * HB - W, reset_less=True)
+        g_p = Signal(params, reset_less=True)
         g_ib = Signal()
         g_abort = Signal()
-        g_fill = Signal()
+        g_j = Signal(_LEN_BITS)      # beat number in the frame (CRC coverage, tail position)
+        g_active = Signal()          # a frame is being sent
         g_in_hdr = Signal()          # this beat is a header-only beat
-        g_pl = Signal()              # this beat takes payload beat g_pi (or a fill beat)
+        g_hrem = Signal(range(HEADER_MAX // B + 1))  # header-only beats left, this one included
+        g_pl = Signal()              # this beat takes a payload beat (or a fill beat)
+        g_fill = Signal()            # the payload ended early: the rest of it is zeros
         g_last = Signal()            # this beat is the frame's last
-        g_room = Signal(init=1)      # a credit: inflight < depth
-        g_final = Signal()           # g_pi is the payload packet's last beat
+        g_brem = Signal(_LEN_BITS)   # beats left after this one
+        g_final = Signal()           # this payload beat is the payload packet's last
+        g_prem = Signal(_LEN_BITS)   # payload beats not yet taken (this one included if g_pl)
         g_pmask = Signal(B)          # payload lanes this beat keeps (0: it takes no payload)
+        g_room = Signal(init=1)      # a credit: inflight < depth
         inflight = Signal(range(self._depth + 1))
         drop_cnt = Signal(3)
         pop = Signal()
+        # Flags derived from the above, registered one clock ahead:
+        go_free = Signal()           # g_active & g_room & ~need: this beat goes out now
+        go_pay = Signal()            # g_active & g_room & need & ~dropping: it goes with a payload beat
+        last_free = Signal()         # go_free & g_last
+        last_pay = Signal()          # go_pay & g_last
+        dropping = Signal()          # drop_cnt != 0
+        hi_follow = Signal(init=1)   # ~g_active | ~g_in_hdr
+        hi_en = Signal(init=1)       # hi_follow | g_room
 
         pv = self.payload.payload
-        need_pl = g_pl & ~g_fill
-        dropping = drop_cnt != 0
+        need_pl = g_pl & ~g_fill     # this beat waits for a payload beat
         push = Signal()
+        next_frame = Signal()        # the generator is ready for a frame
         m.d.comb += [
-            self.payload.ready.eq(dropping | (g_active & g_room & need_pl)),
-            push.eq(g_active & g_room & (~need_pl | (self.payload.valid & ~dropping))),
+            self.payload.ready.eq(dropping | go_pay),
+            push.eq(go_free | (go_pay & self.payload.valid)),
+            next_frame.eq(~g_active | last_free | (last_pay & self.payload.valid)),
         ]
         take = push & need_pl                                # a payload beat goes into this beat
         is_final = g_final
-        exp_mask = Mux(is_final, g_p.plast_mask, ones)
-        extra = (pv.keep & ~exp_mask).any()
-        early_ev = take & pv.last & (~is_final | ((pv.keep != exp_mask) & ~extra))
+        # When a payload beat is taken, g_pmask is the lane mask it must have.
+        extra = (pv.keep & ~g_pmask).any()
+        early_ev = take & pv.last & (~is_final | ((pv.keep != g_pmask) & ~extra))
         late_ev = take & is_final & (~pv.last | extra)
         late_drop = take & is_final & ~pv.last
+        early_cut = take & pv.last & ~is_final               # the rest of the payload is fill
 
         pd = Signal(W)
         m.d.comb += pd.eq(pv.data & _expand(pv.keep & g_pmask, B))
         sh = Signal(2 * W)
         m.d.comb += sh.eq(pd << Cat(Const(0, 3), g_p.h[:lb]))
-        hdr_lo, hdrm_lo = g_hdr[:W], g_hdrm[:W]
-        out_data = Mux(g_in_hdr, hdr_lo, hdr_lo | sh[:W])
-        out_mdata = Mux(g_in_hdr, hdrm_lo, hdrm_lo | sh[:W])
+        out_data = Mux(g_in_hdr, g_lo, g_lo | sh[:W])
+        out_mdata = Mux(g_in_hdr, g_lom, g_lom | sh[:W])
 
         bad_load = src.bad_mode | src.too_long
         drop_full = drop_cnt >= 6
-        next_frame = ~g_active | (push & g_last)       # the generator is ready for a frame
-        m.d.comb += g_load.eq(src_valid & next_frame & ~(bad_load & src.pdecl_nz & drop_full))
+        src_ok = src_valid & ~(bad_load & src.pdecl_nz & drop_full)
+        m.d.comb += g_load.eq(src_ok & next_frame)
 
-        j1 = Signal(_LEN_BITS)
-        pi1 = Signal(_LEN_BITS)
-        in_hdr1 = Signal()
-        pl1 = Signal()
-        final1 = Signal()
-        fill1 = Signal()
+        # Next beat's flags, from comparisons of registers with constants only.
+        in_hdr1 = g_hrem >= 2
+        pl1 = ~in_hdr1 & Mux(g_pl, g_prem >= 2, g_prem != 0)
+        final1 = Mux(g_pl, g_prem == 2, g_prem == 1)
+        fill1 = g_fill | early_cut
+        first_pmask = Mux(src.first_pl, Mux(src.first_final, src.p.plast_mask, ones), 0)
+
+        g_active_next = Signal()
+        g_in_hdr_next = Signal()
+        g_pl_next = Signal()
+        g_fill_next = Signal()
+        g_last_next = Signal()
+        g_room_next = Signal()
+        drop_next = Signal(3)
         m.d.comb += [
-            j1.eq(g_j + 1), pi1.eq(g_pi + g_pl), in_hdr1.eq(j1 < g_p.nh),
-            pl1.eq(~in_hdr1 & (pi1 < g_p.np)), final1.eq(pi1 == g_p.npm1),
-            fill1.eq(g_fill | (early_ev & ~is_final)),
+            g_active_next.eq(g_load | (g_active & ~(push & g_last))),
+            g_in_hdr_next.eq(Mux(g_load, src.first_hdr, Mux(push, in_hdr1, g_in_hdr))),
+            g_pl_next.eq(Mux(g_load, src.first_pl, Mux(push, pl1, g_pl))),
+            g_fill_next.eq(~g_load & Mux(push, fill1, g_fill)),
+            g_last_next.eq(Mux(g_load, src.first_last, Mux(push, g_brem == 1, g_last))),
+            # g_room' = (inflight + push - pop) < depth, with push last (one LUT after it).
+            g_room_next.eq(Mux(push, Mux(pop, g_room, inflight < self._depth - 1), Mux(pop, 1, g_room))),
+            drop_next.eq(drop_cnt + (g_load & bad_load & src.pdecl_nz) + late_drop
+                         - (dropping & self.payload.valid & pv.last)),
         ]
+        go = g_active_next & g_room_next
+        need_next = g_pl_next & ~g_fill_next
+        dropping_next = drop_next != 0
+        m.d.sync += [
+            g_active.eq(g_active_next), g_in_hdr.eq(g_in_hdr_next), g_pl.eq(g_pl_next),
+            g_fill.eq(g_fill_next), g_last.eq(g_last_next), g_room.eq(g_room_next),
+            drop_cnt.eq(drop_next), dropping.eq(dropping_next),
+            inflight.eq(inflight + push - pop),
+            go_free.eq(go & ~need_next),
+            go_pay.eq(go & need_next & ~dropping_next),
+            last_free.eq(go & ~need_next & g_last_next),
+            last_pay.eq(go & need_next & ~dropping_next & g_last_next),
+            hi_follow.eq(~g_active_next | ~g_in_hdr_next),
+            hi_en.eq(~g_active_next | ~g_in_hdr_next | g_room_next),
+        ]
+
         with m.If(push):
             m.d.sync += [
-                g_j.eq(j1), g_pi.eq(pi1),
-                g_in_hdr.eq(in_hdr1), g_pl.eq(pl1), g_last.eq(j1 == g_p.nbm1), g_final.eq(final1),
+                g_j.eq(g_j + 1), g_hrem.eq(g_hrem - g_in_hdr), g_brem.eq(g_brem - 1),
+                g_prem.eq(g_prem - g_pl), g_final.eq(final1),
                 g_pmask.eq(Mux(pl1 & ~fill1, Mux(final1, g_p.plast_mask, ones), 0)),
-                g_hdr.eq(Mux(g_in_hdr, g_hdr >> W, sh[W:])),
-                g_hdrm.eq(Mux(g_in_hdr, g_hdrm >> W, sh[W:])),
+                g_lo.eq(Mux(g_in_hdr, g_hi[:W], sh[W:])),
+                g_lom.eq(Mux(g_in_hdr, g_him[:W], sh[W:])),
             ]
-            with m.If(early_ev & ~is_final):
-                m.d.sync += g_fill.eq(1)
             with m.If(early_ev | late_ev):
                 m.d.sync += g_abort.eq(1)
-            with m.If(g_last):
-                m.d.sync += g_active.eq(0)
-        # Wide frame registers load whenever the generator is ready for a frame, whether or not
-        # one is there (harmless while g_active stays low): their select is then `push`, not
-        # `g_load`.
+        # Frame registers load whenever the generator is ready for a frame, whether or not one is
+        # there (harmless while g_active stays low): their select is then `push`, not `g_load`.
         with m.If(next_frame):
-            m.d.sync += [g_hdr.eq(src.hdr), g_hdrm.eq(src.hdrm), g_p.eq(src.p), g_ib.eq(src.ib)]
+            m.d.sync += [g_lo.eq(src.hdr[:W]), g_lom.eq(src.hdrm[:W]), g_p.eq(src.p), g_ib.eq(src.ib)]
         with m.If(g_load):
             m.d.sync += [
-                g_active.eq(1), g_j.eq(0), g_pi.eq(0), g_abort.eq(bad_load), g_fill.eq(0),
-                g_in_hdr.eq(src.first_hdr), g_pl.eq(src.first_pl), g_last.eq(src.first_last),
-                g_final.eq(src.first_final),
-                g_pmask.eq(Mux(src.first_pl, Mux(src.first_final, src.p.plast_mask, ones), 0)),
+                g_j.eq(0), g_hrem.eq(src.p.nh), g_brem.eq(src.p.nbm1), g_prem.eq(src.p.np),
+                g_abort.eq(bad_load), g_final.eq(src.first_final), g_pmask.eq(first_pmask),
             ]
-
-        drop_dec = dropping & self.payload.valid & pv.last
-        m.d.sync += drop_cnt.eq(drop_cnt + (g_load & bad_load & src.pdecl_nz) + late_drop - drop_dec)
-        inflight_next = Signal(range(self._depth + 2))
-        m.d.comb += inflight_next.eq(inflight + push - pop)
-        m.d.sync += [inflight.eq(inflight_next), g_room.eq(inflight_next < self._depth)]
+        # The upper header beats follow the head of the frame queue whenever they are not being
+        # sent (idle, or past the header-only beats; a frame's last beat is never header-only, so
+        # they hold the loaded frame's header when g_load comes), and shift down one beat per
+        # header-only beat sent (such a beat takes no payload: it is sent whenever g_room).
+        with m.If(hi_en):
+            m.d.sync += [g_hi.eq(Mux(hi_follow, src.hdr[W:], g_hi >> W)),
+                         g_him.eq(Mux(hi_follow, src.hdrm[W:], g_him >> W))]
 
         # Sticky errors, write-1-to-clear.
         raised = Signal(ErrorFlags)
@@ -635,8 +763,8 @@ class PacketBuilder(wiring.Component):
         beat = data.StructLayout({"data": W, "keep": B, "last": 1, "user": 1, "phase": 2,
                                   "tail_off": max(lb, 1), "ib": 1})
         bt_valid = Signal()
-        bt_beat = Signal(beat)
-        bt_mdata = Signal(W)
+        bt_beat = Signal(beat, reset_less=True)
+        bt_mdata = Signal(W, reset_less=True)
         bt_crc_valid = Signal()
         bt_crc_keep = Signal(B)
         bt_crc_last = Signal()
@@ -681,7 +809,7 @@ class PacketBuilder(wiring.Component):
         dl_valid, dl_beat = bt_valid, bt_beat
         for k in range(self._delay):
             v = Signal(name=f"dl{k}_valid")
-            b = Signal(beat, name=f"dl{k}_beat")
+            b = Signal(beat, name=f"dl{k}_beat", reset_less=True)
             m.d.sync += [v.eq(dl_valid), b.eq(dl_beat)]
             dl_valid, dl_beat = v, b
 
