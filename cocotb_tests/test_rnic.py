@@ -214,9 +214,16 @@ def error_workload(rng: random.Random):
     b.mem.add_write_error(ring13, ring13 + 64)
     b.qp(14)
     b.post(14, WqeOpcode.SEND, 20)                            # its QP context cannot be read
+    b.qp(15, mtu=PathMtu.MTU_256)                             # unsignaled WQEs overlap; the third fails
+    for k in range(6):
+        wqe = b.post(15, WqeOpcode.RDMA_WRITE, 300 + 200 * (k == 2), flags=WqeFlags(0))
+        if k == 2:
+            lo = (wqe.local_addr + 300) // 64 * 64
+            b.mem.add_read_error(lo, lo + 64)
+    b.post(15, WqeOpcode.SEND, 8)
     rec = QPC_BASE + 14 * 128
     b.mem.add_read_error(rec, rec + 128)
-    w_doorbells = [(q, None) for q in (0, 1, 2, 3, 4, 5, 7, 8, 9, 10, 11, 12, 13, 14)]
+    w_doorbells = [(q, None) for q in (0, 1, 2, 3, 4, 5, 7, 8, 9, 10, 11, 12, 13, 14, 15)]
     w_doorbells.insert(3, (6, (1 << 8) + 2))                  # log_sq_size 8: 257 ahead is too far
     w_doorbells.insert(5, (200, 1))                           # QPN beyond QPC_SIZE (16)
     w_doorbells.insert(7, (MAX_QPS + 3, 1))                   # QPN beyond the scheduler (QPC_SIZE 512)

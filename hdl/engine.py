@@ -14,7 +14,9 @@ hardware form. One control FSM does the work in the model's order:
   reports that all its data arrived; only then are its PSN (``ADD_PSN``) and counters updated, so a
   payload bus error leaves the QP exactly as the model does. Packets issued after a failing one
   are aborted by :class:`FrameGate` (``tuser``) and never counted;
-* the issue window never spans two WQEs: the next WQE is fetched when the current one has retired;
+* the window spans WQEs after an unsignaled WQE (its retire cannot fail the QP): the next WQE is
+  fetched and issued while the earlier packets are in flight. After a signaled WQE the engine
+  waits until it has retired (its CQE may overflow the CQ and move the QP to ERROR);
 * completions go through :class:`rnic.hdl.completion.CqeWriter`.
 
 Doorbells are taken only between turns (a doorbell written during a turn takes effect at the next
@@ -151,6 +153,9 @@ class DescriptorEngine(wiring.Component):
 
         issue_off = Signal(32)
         issue_psn = Signal(24)
+        issue_ci = Signal(16)          # SQ index of the WQE being issued (ctx.sq_ci: the committed one)
+        chained = Signal()             # this fetch overlaps the previous WQE's packets in flight
+        chain_block = Signal()         # a chained fetch failed: drain, then fetch it again in order
         inflight = Signal(range(window + 1))
         squash = Signal()
         issued_last = Signal()
@@ -187,7 +192,8 @@ class DescriptorEngine(wiring.Component):
         m.d.comb += sched_w.addr.eq(qpn[:qbits])
 
         # --- per-packet bookkeeping between issue and commit ----------------------------------------
-        info_layout = data.StructLayout({"seg": 13, "psns": 24, "last": 1})
+        info_layout = data.StructLayout({"seg": 13, "psns": 24, "last": 1, "wr_id": 64, "opcode": 8,
+                                         "length": 32, "signaled": 1})
         m.submodules.info = info = SyncFIFOBuffered(width=info_layout.size, depth=window)
         info_w = data.View(info_layout, info.w_data)
         info_r = data.View(info_layout, info.r_data)
@@ -274,12 +280,13 @@ class DescriptorEngine(wiring.Component):
         m.d.comb += [c.addr.eq(wqe.local_addr + issue_off), c.len.eq(seg), c.inline.eq(inline),
                      c.data.eq(wqe_raw[256:512])]
         m.d.comb += self.group.payload.start.eq(inflight == 0)
-        m.d.comb += [info_w.seg.eq(seg), info_w.psns.eq(psns), info_w.last.eq(last)]
+        m.d.comb += [info_w.seg.eq(seg), info_w.psns.eq(psns), info_w.last.eq(last), info_w.wr_id.eq(wqe.wr_id),
+                     info_w.opcode.eq(wqe.opcode), info_w.length.eq(wqe.length), info_w.signaled.eq(wqe.flags[0])]
 
         # --- AXI: WQE fetch ---------------------------------------------------------------------------
         axi = self.m_axi
         m.d.comb += [axi.arsize.eq(3), axi.arburst.eq(1), axi.arlen.eq(7), axi.rready.eq(1), axi.bready.eq(1),
-                     axi.araddr.eq((ctx.sq_base & ~0x3F) + ((ctx.sq_ci & ((Const(1, 17) << ctx.log_sq_size[:4]) - 1)) << 6))]
+                     axi.araddr.eq((ctx.sq_base & ~0x3F) + ((issue_ci & ((Const(1, 17) << ctx.log_sq_size[:4]) - 1)) << 6))]
 
         # --- the control FSM ---------------------------------------------------------------------------
         req = self.qpc_req.payload
@@ -303,13 +310,20 @@ class DescriptorEngine(wiring.Component):
                         m.d.sync += ctx.eq(self.qpc_resp.payload.record)
                     on_resp(ok)
 
-        def set_cqe(status, with_wqe=True, byte_len=0):
+        def set_cqe(status, with_wqe=True, byte_len=0, src=None):
+            src = wqe if src is None else src
             m.d.sync += [cq_cmd.op.eq(CqOp.CQE), cq_cmd.cqn.eq(ctx.cqn), cq_cmd.qpn.eq(qpn),
                          cq_cmd.status.eq(status), cq_cmd.wqe_index.eq(ctx.sq_ci), cq_cmd.byte_len.eq(byte_len),
-                         cq_cmd.wr_id.eq(wqe.wr_id if with_wqe else 0),
-                         cq_cmd.opcode.eq(wqe.opcode if with_wqe else 0)]
+                         cq_cmd.wr_id.eq(src.wr_id if with_wqe else 0),
+                         cq_cmd.opcode.eq(src.opcode if with_wqe else 0)]
 
         can_issue = (~squash & ~issued_last & (inflight < window) & (steps + inflight < quota))
+        next_ci = Signal(16)
+        m.d.comb += next_ci.eq(issue_ci + 1)
+        # The next WQE may start before this one retires only if this one writes no CQE: a CQE can
+        # overflow or be dropped, which moves the QP to ERROR before the next WQE (model order).
+        can_chain = (~squash & issued_last & ~chain_block & ~wqe.flags[0] & (ctx.state == QpState.RTS)
+                     & (next_ci != ctx.sq_pi) & (inflight < window) & (steps + inflight < quota))
 
         with m.FSM() as fsm:
             with m.State("Idle"):
@@ -398,10 +412,10 @@ class DescriptorEngine(wiring.Component):
                 with m.If((steps >= quota) | (ctx.sq_ci == ctx.sq_pi)):
                     m.next = "Turn-End"
                 with m.Elif(ctx.state == QpState.ERROR):
-                    m.d.sync += flush_mode.eq(1)
+                    m.d.sync += [flush_mode.eq(1), issue_ci.eq(ctx.sq_ci), chained.eq(0), chain_block.eq(0)]
                     m.next = "Fetch"
                 with m.Elif(ctx.state == QpState.RTS):
-                    m.d.sync += flush_mode.eq(0)
+                    m.d.sync += [flush_mode.eq(0), issue_ci.eq(ctx.sq_ci), chained.eq(0), chain_block.eq(0)]
                     m.next = "Fetch"
                 with m.Else():
                     m.next = "Turn-End"
@@ -419,7 +433,14 @@ class DescriptorEngine(wiring.Component):
                         m.next = "Fetched"
             with m.State("Fetched"):
                 m.d.sync += [do_cqe.eq(1), ret.eq(RET_LOOP)]
-                with m.If(rerr):
+                with m.If(chained & (rerr | (validate != 0))):
+                    # handled in order after the packets in flight: drain, then Loop fetches it again
+                    m.d.sync += chain_block.eq(1)
+                    m.next = "Send-Loop"
+                with m.Elif(chained):
+                    m.d.sync += [issue_off.eq(0), issued_last.eq(0), sent.eq(0)]
+                    m.next = "Send-Loop"
+                with m.Elif(rerr):
                     m.d.comb += bus_err_fsm.eq(1)
                     report(ErrBit.BUS_WQE, CqeStatus.WQE_FETCH_ERR)
                     m.d.sync += steps.eq(steps + 1)
@@ -450,6 +471,9 @@ class DescriptorEngine(wiring.Component):
                     m.next = "Commit"
                 with m.Elif(can_issue):
                     m.next = "Issue"
+                with m.Elif(can_chain):
+                    m.d.sync += [issue_ci.eq(next_ci), chained.eq(1)]
+                    m.next = "Fetch"
                 with m.Elif(inflight == 0):
                     with m.If(squash | issued_last):
                         m.next = "Loop"
@@ -476,16 +500,16 @@ class DescriptorEngine(wiring.Component):
                 with m.Elif(self.status.payload.error):
                     m.d.comb += bus_err_fsm.eq(1)
                     report(ErrBit.BUS_PAYLOAD, CqeStatus.PAYLOAD_READ_ERR)
-                    set_cqe(CqeStatus.PAYLOAD_READ_ERR)
+                    set_cqe(CqeStatus.PAYLOAD_READ_ERR, src=info_r)
                     m.d.sync += [squash.eq(1), steps.eq(steps + 1), do_cqe.eq(1), ret.eq(RET_SEND),
                                  retire_cnt.eq(1)]
                     m.next = "Fail-SetError"
                 with m.Else():
                     m.d.comb += [inc.pkt_count.eq(1), inc.byte_count.eq(info_r.seg)]
-                    m.d.sync += [steps.eq(steps + 1), do_cqe.eq(wqe.flags[0]), ret.eq(RET_SEND),
+                    m.d.sync += [steps.eq(steps + 1), do_cqe.eq(info_r.signaled), ret.eq(RET_SEND),
                                  retire_cnt.eq(0)]
                     with m.If(info_r.last):
-                        set_cqe(CqeStatus.SUCCESS, byte_len=wqe.length)
+                        set_cqe(CqeStatus.SUCCESS, byte_len=info_r.length, src=info_r)
                     m.d.sync += [psn_arg.eq(info_r.psns), commit_last.eq(info_r.last)]
                     m.next = "Commit-PSN"
 
@@ -545,7 +569,8 @@ class DescriptorEngine(wiring.Component):
                     m.d.sync += offset.eq(0)
                 m.next = "Idle"
 
-        m.d.comb += self.idle.eq(fsm.ongoing("Idle") & ~rdy.r_rdy & ~self.doorbell.valid &
+        # rdy.level, not r_rdy: an entry written in Turn-End reaches r_rdy a clock later
+        m.d.comb += self.idle.eq(fsm.ongoing("Idle") & (rdy.level == 0) & ~self.doorbell.valid &
                                  ~self.cq_doorbell.valid)
         return m
 
@@ -554,7 +579,7 @@ class FrameGate(wiring.Component):
     """Marks the frames of failed packets aborted, and forwards payload-read results to the engine.
 
     Per packet (in order) it takes the payload reader's ``rd_status`` and the engine's ``group``
-    entry; ``abort = error | (poisoned & ~start)``, where *poisoned* is set by an error and cleared by
+    entry (queued here, so the engine's issue never waits for the read); ``abort = error | (poisoned & ~start)``, where *poisoned* is set by an error and cleared by
     a packet with ``start`` (the engine issues one with ``start`` = 1 whenever it has no packet in
     flight, so only packets issued behind a failing one are poisoned). ``abort`` goes into a FIFO
     that is read at each frame's last beat (``user`` |= abort); a last beat waits for its entry.
@@ -581,11 +606,14 @@ class FrameGate(wiring.Component):
         m = Module()
         m.submodules.aborts = aborts = SyncFIFOBuffered(width=1, depth=self.depth)
         m.submodules.results = results = SyncFIFOBuffered(width=1, depth=self.window)
+        m.submodules.groups = groups = SyncFIFOBuffered(width=1, depth=self.window)
+        m.d.comb += [groups.w_en.eq(self.group.valid), groups.w_data.eq(self.group.payload.start),
+                     self.group.ready.eq(groups.w_rdy)]
         poisoned = Signal()
-        take = self.rd_status.valid & self.group.valid & aborts.w_rdy & results.w_rdy
+        take = self.rd_status.valid & groups.r_rdy & aborts.w_rdy & results.w_rdy
         error = self.rd_status.payload.error
-        start = self.group.payload.start
-        m.d.comb += [self.rd_status.ready.eq(take), self.group.ready.eq(take),
+        start = groups.r_data
+        m.d.comb += [self.rd_status.ready.eq(take), groups.r_en.eq(take),
                      aborts.w_en.eq(take), aborts.w_data.eq(error | (poisoned & ~start)),
                      results.w_en.eq(take), results.w_data.eq(error)]
         with m.If(take):
