@@ -80,14 +80,16 @@ def _cmd_soak(args) -> int:
     out = Path(args.out) if args.out else None
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
+    big = args.cycles >= 1_000_000          # short soaks use workloads of a few thousand clocks
     while clocks < args.cycles:
         work = []
         for _ in range(args.batch):
-            nqps = rng.choice([1, 4, 16, 40, 100, 256])
-            w = random_workload(rng, nqps=nqps, wqes=max(2, 64 // nqps), max_len=rng.choice([4096, 1 << 16]),
-                                max_qps=256)
-            work.append((w, {"latency": (1, rng.choice([20, 200, 500])), "pause": rng.choice([0.0, 0.2]),
-                             "sink_pause": rng.choice([0.0, 0.3])}))
+            nqps = rng.choice([1, 4, 16, 40, 100, 256] if big else [1, 2, 4, 8])
+            w = random_workload(rng, nqps=nqps, wqes=max(2, 64 // nqps) if big else 3,
+                                max_len=rng.choice([4096, 1 << 16] if big else [512, 4096]), max_qps=256)
+            work.append((w, {"latency": (1, rng.choice([20, 200, 500] if big else [20, 100])),
+                             "pause": rng.choice([0.0, 0.2]), "sink_pause": rng.choice([0.0, 0.3]),
+                             "timeout": 2_000_000 if not big else 100_000_000}))
         batch += 1
         new = run_workloads(work, seed=rng.randrange(1 << 30), log=out / "sim.log" if out else None, status=_status)
         runs += new

@@ -20,6 +20,8 @@ from ..model.wqe import CqeStatus
 
 __all__ = ["RtlRun", "run_workloads", "write_pcaps", "summary"]
 
+_BUILDS = {}        # one build check per process (converting the design takes seconds)
+
 
 @dataclass
 class RtlRun:
@@ -45,9 +47,12 @@ def run_workloads(workloads, *, seed: int = 1, max_qps: int = 256, waves: Path |
     from ..hdl.rnic import Rnic
     from .toolchain import build, build_root, run
     key = f"rnic-q{max_qps}"
-    fresh = not (build_root() / (key + ("-waves" if waves else "")) / "rnic").exists()
-    status(f"building the RTL with Verilator ({'about a minute, once' if fresh else 'cached'}) ...")
-    b = build(lambda: Rnic(max_qps=max_qps), "rnic", key, waves=waves is not None)
+    b = _BUILDS.get((key, waves is not None))
+    if b is None:
+        fresh = not (build_root() / (key + ("-waves" if waves else "")) / "rnic").exists()
+        status(f"building the RTL with Verilator ({'about a minute, once' if fresh else 'cached'}) ...")
+        b = _BUILDS[key, waves is not None] = build(lambda: Rnic(max_qps=max_qps), "rnic", key,
+                                                     waves=waves is not None)
     with tempfile.TemporaryDirectory() as tmp:
         job, result, progress = Path(tmp) / "job.pkl", Path(tmp) / "result.pkl", Path(tmp) / "progress"
         job.write_bytes(pickle.dumps({"seed": seed, "workloads": list(workloads)}))
