@@ -32,7 +32,6 @@ def _report(runs, out: Path | None) -> int:
 
 def _merged(runs):
     from rnic.sim.rtl import RtlRun
-    first = runs[0]
     return RtlRun([f for r in runs for f in r.frames], 0, [], 0, 0, [m for r in runs for m in r.modes], 0, [])
 
 

@@ -196,12 +196,10 @@ def every_opcode_workload(rng: random.Random, *, max_qps: int = 1 << 24, mtu=Pat
     """Each link mode x service (RC, UC, UD) x every opcode the service allows: zero-length,
     one-packet and multi-packet messages and an inline one; one QP (and CQ) per mode and service.
     ``payload(length)`` makes the payload bytes (default random)."""
-    ops = {ServiceType.RC: _ALLOWED[ServiceType.RC], ServiceType.UC: _ALLOWED[ServiceType.UC],
-           ServiceType.UD: _ALLOWED[ServiceType.UD]}
-    b = WorkloadBuilder(len(LinkMode) * len(ops), rng=rng, quota=4, max_qps=max_qps, payload=payload)
+    b = WorkloadBuilder(len(LinkMode) * len(_ALLOWED), rng=rng, quota=4, max_qps=max_qps, payload=payload)
     qpn = 0
     for mode in LinkMode:
-        for service, allowed in ops.items():
+        for service, allowed in _ALLOWED.items():
             b.cq(qpn)
             b.qp(qpn, service=service, mode=mode, mtu=mtu)
             lengths = (0, mtu.bytes - 56) if service == ServiceType.UD else (0, 1, 2 * mtu.bytes + 188)
