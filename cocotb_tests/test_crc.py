@@ -66,9 +66,11 @@ class TB:
 
     def set_idle_generator(self, generator=None):
         self.source.set_pause_generator(generator)
+        self.source.pause = False
 
     def set_backpressure_generator(self, generator=None):
         self.sink.set_pause_generator(generator)
+        self.sink.pause = False
 
     async def reset(self):
         self.dut.rst.value = 0

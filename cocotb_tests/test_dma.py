@@ -29,6 +29,7 @@ from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, RisingEdge, gather
 
 from rnic.model.engine import split_bursts
+from rnic.sim.harness import set_pause
 
 warnings.filterwarnings("ignore", category=DeprecationWarning)   # cocotbext-axi on cocotb 2
 
@@ -103,11 +104,7 @@ class HostMem:
     def set_backpressure(self, on, rng):
         rd = self.ram.read_if
         for ch in (rd.ar_channel, rd.r_channel, self.ram.write_if.aw_channel, self.ram.write_if.w_channel):
-            if on:
-                r = random.Random(rng.randrange(1 << 30))
-                ch.set_pause_generator(iter(lambda r=r: r.random() < 0.2, None))
-            else:
-                ch.clear_pause_generator()
+            set_pause(ch, 0.2 if on else 0.0, rng)
 
     def write(self, addr, data):
         self.ram.write(addr % MEM_SIZE, data)

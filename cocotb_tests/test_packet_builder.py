@@ -91,11 +91,6 @@ def plan(width: int, level: str, rng: random.Random) -> list[tuple[PacketDesc, b
     return [(random_desc(rng, mode, op, size), rng.randbytes(size)) for mode, op, size in cases]
 
 
-def pause_gen(rng: random.Random, prob: float):
-    while True:
-        yield rng.random() < prob
-
-
 # --- checks ------------------------------------------------------------------------------------------
 
 def scapy_icrc_ok(frame: bytes) -> bool:
@@ -161,6 +156,8 @@ def check_pcaps(frames_by_mode: dict, folder: Path, log) -> None:
 if cocotb is not None:
     from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamSink, AxiStreamSource
 
+    from rnic.sim.harness import set_pause
+
     class TB:
         def __init__(self, dut, seed: int):
             self.dut = dut
@@ -182,16 +179,9 @@ if cocotb is not None:
             cocotb.start_soon(self._watch_output())
 
         def set_pauses(self, prob_in: float, prob_out: float) -> None:
-            if prob_in:
-                self.desc.set_pause_generator(pause_gen(self.rng, prob_in))
-                self.payload.set_pause_generator(pause_gen(self.rng, prob_in))
-            else:
-                self.desc.clear_pause_generator()
-                self.payload.clear_pause_generator()
-            if prob_out:
-                self.sink.set_pause_generator(pause_gen(self.rng, prob_out))
-            else:
-                self.sink.clear_pause_generator()
+            set_pause(self.desc, prob_in, self.rng)
+            set_pause(self.payload, prob_in, self.rng)
+            set_pause(self.sink, prob_out, self.rng)
 
         async def reset(self) -> None:
             self.dut.rst.value = 1

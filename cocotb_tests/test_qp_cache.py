@@ -25,6 +25,7 @@ from cocotb.triggers import ClockCycles, RisingEdge
 
 from rnic.model.qpc import (COUNTER_NAMES, COUNTER_WIDTH, RECORD_BYTES, BusError, CtrlOp, HostTable, Op,
                             QpcCacheConfig, QpcCacheModel, QpContext, QpState, Status)
+from rnic.sim.harness import set_pause
 
 BENCH = os.environ.get("QPC_BENCH")
 _MASK32 = (1 << COUNTER_WIDTH) - 1
@@ -123,11 +124,7 @@ class HostRam:
         rd, wr = self.ram.read_if, self.ram.write_if
         chans = (rd.ar_channel, rd.r_channel, wr.aw_channel, wr.w_channel, wr.b_channel)
         for ch in chans:
-            if on:
-                r = random.Random(self.rng.randrange(1 << 30))
-                ch.set_pause_generator(iter(lambda r=r: r.random() < 0.3, None))
-            else:
-                ch.clear_pause_generator()
+            set_pause(ch, 0.3 if on else 0.0, self.rng)
 
     def table_bytes(self) -> bytes:
         return self.ram.read(0, self.table.table_size * RECORD_BYTES)

@@ -40,6 +40,18 @@ def clock_now() -> int:
     return int(get_sim_time(unit="ns")) // CLOCK_NS
 
 
+def set_pause(port, prob: float, rng: random.Random) -> None:
+    """Random pauses with probability ``prob`` on a cocotbext-axi stream or AXI channel, from a
+    generator seeded by ``rng``; ``prob`` 0 stops them. (``clear_pause_generator`` alone leaves the
+    port paused if its last value was a pause.)"""
+    if prob:
+        r = random.Random(rng.randrange(1 << 30))
+        port.set_pause_generator(iter(lambda: r.random() < prob, None))
+    else:
+        port.clear_pause_generator()
+        port.pause = False
+
+
 class HostRam:
     """AxiRam holding a workload's memory image, with its bus-error ranges, random latency and ready."""
 
@@ -97,11 +109,7 @@ class HostRam:
             self.ram.write(page * 4096, bytes(content))
         self.mem, self.latency, self.fixed_latency = mem, latency, fixed_latency
         for ch in self.channels:
-            if pause:
-                r = random.Random(self.rng.randrange(1 << 30))
-                ch.set_pause_generator(iter(lambda r=r: r.random() < pause, None))
-            else:
-                ch.clear_pause_generator()
+            set_pause(ch, pause, self.rng)
 
     def read(self, addr, n):
         return self.ram.read(addr, n)
@@ -131,11 +139,7 @@ class TB:
         await ClockCycles(self.dut.clk, 2)
 
     def backpressure(self, p: float):
-        if p:
-            r = random.Random(self.rng.randrange(1 << 30))
-            self.sink.set_pause_generator(iter(lambda: r.random() < p, None))
-        else:
-            self.sink.clear_pause_generator()
+        set_pause(self.sink, p, self.rng)
 
     async def read_reg(self, name: str) -> int:
         return await self.axil.read_dword(REG[name].offset)
@@ -196,6 +200,34 @@ class TB:
         r = await self.execute(w, **kw)
         assert not r.mismatches, f"seed {self.seed}: RTL differs from the model:\n  " + "\n  ".join(r.mismatches)
         return r.model
+
+
+class RtlDevice:
+    """The RTL behind a :class:`TB` as a device of :mod:`rnic.sim.verbs`: registers over AXI4-Lite,
+    host memory in the AxiRam."""
+
+    def __init__(self, tb: TB, timeout: int = 2_000_000):
+        self.tb, self.timeout = tb, timeout
+
+    async def write_reg(self, offset: int, value: int) -> None:
+        await self.tb.axil.write_dword(offset, value)
+
+    async def read_reg(self, offset: int) -> int:
+        return await self.tb.axil.read_dword(offset)
+
+    def peek(self, addr: int, n: int) -> bytes:
+        return self.tb.ram.read(addr, n)
+
+    def poke(self, addr: int, data: bytes) -> None:
+        self.tb.ram.ram.write(addr, data)
+
+    async def wait_idle(self) -> None:
+        clocks = 0
+        while not (await self.read_reg(REG["STATUS"].offset)) & 1:
+            await ClockCycles(self.tb.dut.clk, 20)
+            clocks += 20
+            if clocks >= self.timeout:
+                raise TimeoutError(f"seed {self.tb.seed}: engine not idle after {self.timeout} clocks")
 
 
 class FrameClock:

@@ -78,7 +78,7 @@ def test_short_soak(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(reason="open bug (issue #5): with --batch 8 one workload of seed 5 never reaches idle", strict=True)
 def test_soak_seed5_batch8(tmp_path):
+    """Once a "hang": a workload without sink backpressure after one with it left the sink paused."""
     proc = _cli("soak", "--cycles", "20000", "--seed", "5", "--batch", "8", "--out", tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
