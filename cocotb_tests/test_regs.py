@@ -181,7 +181,7 @@ class TB:
         reg = _BY_OFFSET.get(offset)
         if reg is not None and reg.name == "STATUS":
             irq = bool(self.regs["INT_STATUS"] & self.regs["INT_ENABLE"])
-            return self.idle | int(irq) << 1
+            return (self.idle and self.queues_empty()) | int(irq) << 1
         if reg is not None and reg.name == "QPC_CMD_STATUS":     # with no command waiting in the block
             return self.cmd_busy | self.cmd_result << 1
         return self.regs.read(offset)
@@ -206,7 +206,13 @@ class TB:
         assert resp.resp == AxiResp.OKAY, f"read {offset:#x}: {resp.resp}"
         return int.from_bytes(resp.data, "little")
 
+    def queues_empty(self):
+        return all(len(sink.items) >= len(want) for sink, want in
+                   ((self.db, self.want_db), (self.cq, self.want_cq), (self.cmd, self.want_cmd)))
+
     async def check(self, offset, what=""):
+        if offset == REG["STATUS"].offset and self.idle and not self.queues_empty():
+            await self.drain_doorbells()        # STATUS.IDLE is exact only with the queues settled
         got, want = await self.read(offset), self.expect(offset)
         name = _BY_OFFSET[offset].name if offset in _BY_OFFSET else "unmapped"
         assert got == want, f"{what} {name} @ {offset:#05x}: read {got:#x}, model {want:#x}"
@@ -423,6 +429,22 @@ async def test_sgid_port(dut):
             assert got == entry(history[-2]), f"clock {k}: SGID port shows {got}, entry {history[-2]} is {entry(history[-2])}"
             if history[-1] != history[-2]:
                 assert got != entry(history[-1]) or entry(history[-1]) == entry(history[-2]), "SGID port not registered"
+
+
+@cocotb.test()
+async def test_status_idle_counts_queues(dut):
+    """STATUS.IDLE is 0 while an acknowledged doorbell, CQ doorbell or QPC command has not left the
+    block, even though the engine's ``idle`` input is 1."""
+    tb = TB(dut, "status_idle")
+    await tb.reset()
+    for sink, reg, value in ((tb.db, "DB_SQ_PI", 5), (tb.cq, "CQ_DB_CI", 7), (tb.cmd, "QPC_CMD", 2)):
+        sink.hold = True
+        await tb.edge
+        await tb.write(REG[reg].offset, value)
+        assert await tb.read(REG["STATUS"].offset) & 1 == 0, f"IDLE with a {reg} write queued"
+        sink.hold = False
+        await tb.drain_doorbells()
+        assert await tb.read(REG["STATUS"].offset) & 1 == 1, f"not IDLE after the {reg} action left"
 
 
 @cocotb.test()

@@ -149,7 +149,6 @@ class DescriptorEngine(wiring.Component):
         steps = Signal(17)
         flush_mode = Signal()
         rerr = Signal()
-        rbeat = Signal(3)
 
         issue_off = Signal(32)
         issue_psn = Signal(24)
@@ -422,13 +421,12 @@ class DescriptorEngine(wiring.Component):
 
             with m.State("Fetch"):
                 m.d.comb += axi.arvalid.eq(1)
-                m.d.sync += [rbeat.eq(0), rerr.eq(0)]
+                m.d.sync += rerr.eq(0)
                 with m.If(axi.arready):
                     m.next = "Fetch-R"
             with m.State("Fetch-R"):
                 with m.If(axi.rvalid):
-                    m.d.sync += [wqe_raw.eq(Cat(wqe_raw[64:], axi.rdata)), rerr.eq(rerr | axi.rresp[1]),
-                                 rbeat.eq(rbeat + 1)]
+                    m.d.sync += [wqe_raw.eq(Cat(wqe_raw[64:], axi.rdata)), rerr.eq(rerr | axi.rresp[1])]
                     with m.If(axi.rlast):
                         m.next = "Fetched"
             with m.State("Fetched"):

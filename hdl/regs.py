@@ -132,7 +132,8 @@ class RegisterBlock(wiring.Component):
     cqe_written : ``In(1)``
         One clock per CQE written; drives interrupt moderation (INT_MOD_COUNT / INT_MOD_TIMER).
     idle : ``In(1)``
-        STATUS bit 0.
+        The engine is idle. STATUS bit 0 is ``idle`` with both doorbell FIFOs empty and no
+        QPC_CMD waiting, so a STATUS read after an acknowledged doorbell write never sees IDLE.
     irq : ``Out(1)``
         ``OR(INT_STATUS & INT_ENABLE)`` from registers (a level), also STATUS bit 1.
     """
@@ -306,7 +307,8 @@ class RegisterBlock(wiring.Component):
         m.d.comb += [set_bits[IntBit.CQ].eq(cq_event), set_bits[IntBit.ERR].eq(err_new)]
         m.d.sync += int_status.eq(ints | set_bits)
         m.d.comb += self.irq.eq((int_status & store["INT_ENABLE"]).any())
-        value["STATUS"] = Cat(self.idle, self.irq)
+        quiet = (db_fifo.level == 0) & (cq_fifo.level == 0) & ~cmd_valid
+        value["STATUS"] = Cat(self.idle & quiet, self.irq)
 
         # --- counters -----------------------------------------------------------------------------------
         for name in COUNTER_NAMES:
