@@ -11,6 +11,7 @@ Seeds: ``RNIC_SEED``; printed by the runner and by every test.
 
 from __future__ import annotations
 
+import collections
 import json
 import logging
 import os
@@ -25,8 +26,10 @@ from rnic.model.descriptor import LinkMode
 from rnic.model.qpc import PathMtu, QpState, ServiceType
 from rnic.model.regs import REG
 from rnic.model.wqe import CqeStatus, WqeFlags, WqeOpcode
-from rnic.sim.harness import TB, FrameClock, clock_now
-from rnic.sim.scenario import CQ_RINGS, QPC_BASE, WorkloadBuilder, every_opcode_workload, random_workload
+from rnic.sim.harness import TB, FrameClock, RtlDevice, clock_now
+from rnic.sim.scenario import (CHECKED_REGS, CQ_RINGS, QPC_BASE, WorkloadBuilder, every_opcode_workload,
+                                random_workload)
+from rnic.sim.verbs import ModelDevice, Verbs
 
 MAX_QPS = 256
 BENCH = os.environ.get("RNIC_BENCH")
@@ -56,6 +59,118 @@ async def test_random_traffic(dut):
                             max_qps=MAX_QPS)
         await tb.run(w, latency=(1, tb.rng.choice([20, 500])), pause=0.2, sink_pause=tb.rng.choice([0.0, 0.3]))
 
+
+
+@cocotb.test(skip=bool(BENCH))
+async def test_verbs(dut):
+    """A driver's life through :mod:`rnic.sim.verbs`, the same calls on the RTL and on the model:
+    posts while the engine runs, polls by owner phase, modify_qp (header fields, ERROR back to RTS)
+    and a bad opcode, under random memory latency and sink backpressure. Checked: every QP's frames
+    in order (the RTL's stream is an interleaving of the model's per-QP streams), every CQ's polled
+    CQEs, the contexts returned by query_qp, CQ contexts, and the counters."""
+    import dataclasses
+    from rnic.model.engine import EngineModel, HostMemory
+
+    tb = TB(dut, _seed())
+    rng = tb.rng
+    nqps = 6
+    b = WorkloadBuilder(nqps, rng=rng, quota=rng.choice([2, 16]), max_qps=MAX_QPS)
+    config = dataclasses.replace(b.config, enable=True)
+    tb.ram.load(HostMemory(), latency=(1, rng.choice([20, 200])), pause=0.2)
+    tb.backpressure(rng.choice([0.0, 0.3]))
+    await tb.reset()
+    while not tb.sink.empty():
+        tb.sink.recv_nowait()
+    model = EngineModel(HostMemory(), max_qps=MAX_QPS)
+    rtl, ref = Verbs(RtlDevice(tb), config), Verbs(ModelDevice(model), config)
+    both = (rtl, ref)
+    services = [ServiceType.RC, ServiceType.UC, ServiceType.UD] * 2
+    for v in both:
+        await v.open()
+    for q in range(nqps):
+        ctx = b.qp(q, service=services[q], mode=rng.choice(list(LinkMode)),
+                   mtu=rng.choice([PathMtu.MTU_256, PathMtu.MTU_1024]), sgid_index=rng.randrange(3))
+        for v in both:
+            v.create_cq(q, CQ_RINGS + q * 0x2000, log_size=6)
+            v.create_qp(q, ctx)
+    posted = [0] * nqps
+    sends = [WqeOpcode.SEND, WqeOpcode.SEND_WITH_IMM]
+    writes = [WqeOpcode.RDMA_WRITE, WqeOpcode.RDMA_WRITE_WITH_IMM]
+    allowed = {ServiceType.RC: sends + writes + [WqeOpcode.RDMA_READ], ServiceType.UC: sends + writes,
+               ServiceType.UD: sends}
+
+    async def poll(q, wait=False):
+        for _ in range(20_000):
+            for v in both:
+                await v.poll_cq(q)
+            if not wait or len(rtl.polled[q]) == posted[q]:
+                return
+            await ClockCycles(dut.clk, 50)
+        raise TimeoutError(f"seed {tb.seed}: CQ {q} has {len(rtl.polled[q])} of {posted[q]} CQEs")
+
+    for step in range(150):
+        r = rng.random()
+        q = rng.randrange(nqps)
+        if r < 0.55:
+            if posted[q] - len(rtl.polled[q]) > 24:
+                await poll(q, wait=True)
+            for _ in range(rng.randint(1, 3)):
+                service = rtl.qps[q].service
+                op = rng.choice(allowed[service])
+                length = rng.choice([0, 1, 100, 1500, 5000]) if service != ServiceType.UD else rng.choice([0, 64, 256])
+                wqe = b.post(q, op, length, flags=WqeFlags.SIGNALED)
+                if rng.random() < 0.03:
+                    wqe.opcode = 0x3F                     # unknown opcode: error CQE, QP to ERROR
+                if op != WqeOpcode.RDMA_READ and length:
+                    data = b.mem.peek(wqe.local_addr, length)
+                    for v in both:
+                        v.dev.poke(wqe.local_addr, data)
+                for v in both:
+                    await v.post_send(q, wqe, ring=False)
+                posted[q] += 1
+            for v in both:
+                await v.ring(q)
+        elif r < 0.85:
+            await poll(q)
+        elif r < 0.93:
+            got, want = await rtl.query_qp(q), await ref.query_qp(q)
+            assert got == want, f"step {step}: QP {q} context differs\n  RTL   {got}\n  model {want}"
+            change = {"hop_limit": rng.randrange(1, 256), "dst_mac": 0x02_00_00_00_00_00 | rng.randrange(1 << 24),
+                      "traffic_class": rng.randrange(256)}
+            if got.state == QpState.ERROR:
+                change["state"] = QpState.RTS
+            for v in both:
+                await v.modify_qp(q, **change)
+        else:
+            await ClockCycles(dut.clk, rng.randrange(1, 400))
+    for q in range(nqps):
+        await poll(q, wait=True)
+    for v in both:
+        await v.dev.wait_idle()
+
+    frames = []
+    while not tb.sink.empty():
+        f = tb.sink.recv_nowait()
+        user = f.tuser[-1] if isinstance(f.tuser, list) else f.tuser
+        assert not user, "an aborted frame"
+        frames.append(bytes(f.tdata))
+    streams = {q: [p.frame() for p in model.packets if p.qpn == q] for q in range(nqps)}
+    for i, f in enumerate(frames):
+        heads = [q for q, st in streams.items() if st and st[0] == f]
+        assert heads, f"RTL frame {i} is not the next frame of any QP"
+        streams[heads[0]].pop(0)
+    assert not any(streams.values()), f"frames the RTL did not send: {[len(st) for st in streams.values()]}"
+    for q in range(nqps):
+        assert [c.pack() for c in rtl.polled[q]] == [c.pack() for c in ref.polled[q]], f"CQ {q}: CQEs differ"
+        got, want = await rtl.query_qp(q), await ref.query_qp(q)
+        assert got == want, f"QP {q} final context differs\n  RTL   {got}\n  model {want}"
+        at = config.cq_base + q * 32
+        assert rtl.dev.peek(at, 32) == ref.dev.peek(at, 32), f"CQ {q} context differs"
+    for name in CHECKED_REGS:
+        got, want = await rtl.dev.read_reg(REG[name].offset), model.reg(name)
+        assert got == want, f"{name}: RTL {got:#x}, model {want:#x}"
+    statuses = collections.Counter(CqeStatus(c.status).name for q in range(nqps) for c in ref.polled[q])
+    dut._log.info("verbs: %d frames, %d CQEs %s", len(frames), sum(posted), dict(statuses))
 
 
 @cocotb.test(skip=bool(BENCH))
@@ -142,10 +257,43 @@ async def _bench_latency(tb, latency):
     return out
 
 
+async def _bench_fairness(tb, nqps, quota, latency, long_len=65536, short_len=1024, shorts=64):
+    """QP 0 posts one ``long_len`` SEND, QPs 1.. post ``shorts`` SENDs of ``short_len`` each, all
+    before ENABLE; MTU 1024, sink always ready. Over the span in which every QP still has work
+    (first frame to the frame that finishes the first QP to run dry): each QP's wire bytes, Jain's
+    index over them (1 = equal shares), and the longest run of other QPs' packets between two
+    packets of one QP (the scheduler bounds it by (QPs - 1) x quota)."""
+    b = WorkloadBuilder(nqps, rng=tb.rng, quota=quota, max_qps=MAX_QPS)
+    for q in range(nqps):
+        b.cq(q)
+        b.qp(q, mtu=PathMtu.MTU_1024, mode=LinkMode.ROCEV2_IPV4, sgid_index=0)
+    b.post(0, WqeOpcode.SEND, long_len, flags=WqeFlags(0))
+    for k in range(shorts):
+        for q in range(1, nqps):
+            b.post(q, WqeOpcode.SEND, short_len, flags=WqeFlags(0))
+    w = b.build()
+    watch = FrameClock(tb.dut)
+    model = await tb.run(w, fixed_latency=latency)
+    order = [p.qpn for p in model.packets]             # the RTL's frame order is the model's (checked)
+    last_of = {q: max(i for i, x in enumerate(order) if x == q) for q in set(order)}
+    end = min(last_of.values())                        # the first QP to run dry sends its last frame
+    span = order[:end + 1]
+    shares = [sum(len(model.packets[i].frame()) for i, x in enumerate(span) if x == q) for q in range(nqps)]
+    jain = sum(shares) ** 2 / (nqps * sum(x * x for x in shares))
+    worst = 0
+    for q in range(nqps):
+        idx = [i for i, x in enumerate(span) if x == q]
+        worst = max([worst] + [b2 - a - 1 for a, b2 in zip(idx, idx[1:])])
+    return {"qps": nqps, "quota": quota, "mem_latency": latency, "long_len": long_len, "short_len": short_len,
+            "frames_in_span": len(span), "clocks_in_span": watch.ends[end] - watch.starts[0] + 1,
+            "bytes_per_qp": shares, "jain": round(jain, 4), "max_wait_packets": worst,
+            "bound_packets": (nqps - 1) * quota}
+
+
 @cocotb.test(skip=not BENCH)
 async def bench(dut):
     tb = TB(dut, _seed())
-    results = {"latency": [], "efficiency": []}
+    results = {"latency": [], "efficiency": [], "message": [], "fairness": []}
     for latency in (1, 50, 500):
         r = await _bench_latency(tb, latency)
         r["mem_latency"] = latency
@@ -155,6 +303,11 @@ async def bench(dut):
             for size, mtu, messages in ((64, PathMtu.MTU_1024, 64), (4096, PathMtu.MTU_4096, 16),
                                         (4096, PathMtu.MTU_1024, 16)):
                 results["efficiency"].append(await _bench_efficiency(tb, nqps, size, mtu, messages, latency))
+    for latency in (1, 50, 500):
+        for mtu in (PathMtu.MTU_256, PathMtu.MTU_1024, PathMtu.MTU_4096):
+            results["message"].append(await _bench_efficiency(tb, 1, 65536, mtu, 1, latency))
+    for nqps, quota in ((4, 1), (4, 4), (4, 16), (16, 4)):
+        results["fairness"].append(await _bench_fairness(tb, nqps, quota, 50, shorts=64 if nqps == 4 else 8))
     Path(BENCH).write_text(json.dumps(results, indent=1))
 
 # --- pytest side -------------------------------------------------------------------------------------

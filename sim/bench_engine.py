@@ -9,7 +9,11 @@ read burst a fixed number of clocks after its AR (bursts overlap); the frame sin
 * latency: clocks from the DB_SQ_PI write (W handshake) to the first frame beat, for a 64-byte
   SEND on a QP whose context is not cached (miss) and then cached (hit);
 * efficiency: ideal beats (sum of ceil(frame bytes / 8)) / clocks from the first to the last frame
-  beat, for unsignaled SENDs of 64 B and 4 KiB over 1 and 16 QPs.
+  beat, for unsignaled SENDs of 64 B and 4 KiB over 1 and 16 QPs, and inside one 64 KiB message
+  (payload reads issued ahead must hide the memory latency between its packets);
+* fairness: one QP with a 64 KiB message against QPs with many 1 KiB messages (MTU 1024, memory
+  latency 50): wire bytes per QP while every QP has work, Jain's index over them, and the longest
+  run of other QPs' packets between two packets of one QP against the scheduler's bound.
 """
 
 from __future__ import annotations
@@ -54,6 +58,16 @@ def main(argv=None):
     for x in r["efficiency"]:
         print(f"{x['mem_latency']:>11} {x['qps']:>4} {x['size']:>5} {x['mtu']:>5} {x['frames']:>6} "
               f"{x['ideal_beats']:>7} {x['clocks']:>7} {x['efficiency']:>10.3f}")
+    print("\ninside one 64 KiB message, 1 QP")
+    print(f"{'mem latency':>11} {'MTU':>5} {'frames':>6} {'ideal':>7} {'clocks':>7} {'efficiency':>10}")
+    for x in r["message"]:
+        print(f"{x['mem_latency']:>11} {x['mtu']:>5} {x['frames']:>6} {x['ideal_beats']:>7} {x['clocks']:>7} "
+              f"{x['efficiency']:>10.3f}")
+    print("\nfairness: QP 0 one 64 KiB SEND, other QPs 1 KiB SENDs, MTU 1024, 50-clk memory")
+    print(f"{'QPs':>4} {'quota':>5} {'frames':>6} {'clocks':>7} {'Jain':>6} {'max wait':>8} {'bound':>5}  bytes per QP")
+    for x in r["fairness"]:
+        print(f"{x['qps']:>4} {x['quota']:>5} {x['frames_in_span']:>6} {x['clocks_in_span']:>7} {x['jain']:>6.3f} "
+              f"{x['max_wait_packets']:>8} {x['bound_packets']:>5}  {x['bytes_per_qp']}")
     if a.json:
         a.json.write_text(json.dumps(r, indent=1))
     return r

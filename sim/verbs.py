@@ -1,0 +1,154 @@
+"""A small verbs layer: what a driver does to the RNIC, as calls that drive the RTL or the model alike.
+
+:class:`Verbs` talks to a *device*: anything with ``async write_reg(offset, value)``,
+``async read_reg(offset)``, ``peek(addr, n)`` / ``poke(addr, data)`` on host memory and
+``async wait_idle()``. :class:`ModelDevice` wraps :class:`~rnic.model.engine.EngineModel` (it runs
+to idle after every register write, like hardware infinitely fast); the cocotb harness gives
+``rnic.sim.harness.RtlDevice`` for the RTL on Verilator. The same sequence of calls on both, and a
+scoreboard compares what they did.
+
+Driver rules (docs/engine.md):
+
+* ``create_cq`` / ``create_qp`` write records into the tables in host memory; the QP is live as
+  soon as its record says RTS.
+* ``post_send`` writes the WQE at the software producer index, then (``ring=True``) DB_QPN and
+  DB_SQ_PI. The engine may be running.
+* ``poll_cq`` reads CQEs at the software consumer index while their ``owner`` bit has the
+  current pass's phase, as a driver polls without reading the producer index, then returns the
+  slots with CQ_DB_CQN / CQ_DB_CI.
+* ``modify_qp`` quiesces the engine (STATUS.IDLE), INVALIDATEs the QP's cached context (dirty
+  fields are written back first), then rewrites the record in host memory. ``query_qp`` does the
+  same without the rewrite. A QP must have no WQE in flight when it is modified; waiting for
+  STATUS.IDLE is the simple, always-correct way.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ..model.engine import EngineConfig, EngineModel
+from ..model.qpc import RECORD_BYTES, QpContext, ServiceType
+from ..model.regs import REG
+from ..model.wqe import CQ_RECORD_BYTES, CQE_BYTES, WQE_BYTES, CqContext, Cqe, CqState, Wqe
+
+__all__ = ["Verbs", "ModelDevice", "VerbsError"]
+
+
+class VerbsError(RuntimeError):
+    """A call the device refused (a QPC_CMD error, a ring that is full)."""
+
+
+class ModelDevice:
+    """The golden model as a device; it runs to idle after every register write."""
+
+    def __init__(self, model: EngineModel):
+        self.model = model
+
+    async def write_reg(self, offset: int, value: int) -> None:
+        self.model.write_reg(offset, value)
+        self.model.run()
+
+    async def read_reg(self, offset: int) -> int:
+        return self.model.read_reg(offset)
+
+    def peek(self, addr: int, n: int) -> bytes:
+        return self.model.mem.peek(addr, n)
+
+    def poke(self, addr: int, data: bytes) -> None:
+        self.model.mem.poke(addr, data)
+
+    async def wait_idle(self) -> None:
+        self.model.run()
+
+
+class Verbs:
+    """A driver for one RNIC ``device`` (see the module docstring)."""
+
+    def __init__(self, device, config: EngineConfig):
+        self.dev, self.config = device, config
+        self.qps: dict[int, QpContext] = {}
+        self.sq_pi: dict[int, int] = {}
+        self.cqs: dict[int, CqContext] = {}
+        self.cq_ci: dict[int, int] = {}
+        self.polled: dict[int, list[Cqe]] = {}
+
+    async def open(self) -> None:
+        """Apply the configuration registers (CONTROL.ENABLE last)."""
+        for offset, value in self.config.writes():
+            await self.dev.write_reg(offset, value)
+
+    # --- resources -----------------------------------------------------------------------------------
+
+    def create_cq(self, cqn: int, ring_base: int, log_size: int = 6) -> CqContext:
+        if not 0 <= cqn < self.config.cq_size:
+            raise VerbsError(f"CQN {cqn} is beyond CQ_SIZE {self.config.cq_size}")
+        cq = CqContext(state=CqState.ACTIVE, log_size=log_size, ring_base=ring_base)
+        self.dev.poke(ring_base, bytes(cq.size * CQE_BYTES))
+        self.dev.poke(self.config.cq_base + cqn * CQ_RECORD_BYTES, cq.pack())
+        self.cqs[cqn], self.cq_ci[cqn], self.polled[cqn] = cq, 0, []
+        return cq
+
+    def create_qp(self, qpn: int, ctx: QpContext) -> QpContext:
+        if not 0 <= qpn < self.config.qpc_size:
+            raise VerbsError(f"QPN {qpn} is beyond QPC_SIZE {self.config.qpc_size}")
+        ctx = dataclasses.replace(ctx, qpn=qpn)
+        self.dev.poke(self._qpc(qpn), ctx.pack())
+        self.qps[qpn], self.sq_pi[qpn] = ctx, ctx.sq_pi
+        return ctx
+
+    async def modify_qp(self, qpn: int, **changes) -> QpContext:
+        """Change fields of the QP's context (e.g. ``state``, ``dst_mac``, ``hop_limit``)."""
+        ctx = dataclasses.replace(await self.query_qp(qpn), **changes)
+        self.dev.poke(self._qpc(qpn), ctx.pack())
+        self.qps[qpn] = ctx
+        return ctx
+
+    async def query_qp(self, qpn: int) -> QpContext:
+        """The QP's context as the engine holds it (after quiescing and INVALIDATE)."""
+        await self.dev.wait_idle()
+        await self.dev.write_reg(REG["QPC_CMD_QPN"].offset, qpn)
+        await self.dev.write_reg(REG["QPC_CMD"].offset, 1)
+        while (status := await self.dev.read_reg(REG["QPC_CMD_STATUS"].offset)) & 1:
+            pass
+        if status >> 1:
+            raise VerbsError(f"QPC_CMD INVALIDATE of QP {qpn} failed with result {status >> 1}")
+        return QpContext.unpack(self.dev.peek(self._qpc(qpn), RECORD_BYTES))
+
+    # --- work ------------------------------------------------------------------------------------------
+
+    async def post_send(self, qpn: int, wqe: Wqe, *, ring: bool = True) -> int:
+        """Write ``wqe`` at the software producer index; return the new index."""
+        ctx = self.qps[qpn]
+        pi = self.sq_pi[qpn]
+        slot = (ctx.sq_base & ~0x3F) + (pi % (1 << ctx.log_sq_size)) * WQE_BYTES
+        self.dev.poke(slot, wqe.pack(ud=ctx.service == ServiceType.UD))
+        self.sq_pi[qpn] = (pi + 1) & 0xFFFF
+        if ring:
+            await self.ring(qpn)
+        return self.sq_pi[qpn]
+
+    async def ring(self, qpn: int) -> None:
+        await self.dev.write_reg(REG["DB_QPN"].offset, qpn)
+        await self.dev.write_reg(REG["DB_SQ_PI"].offset, self.sq_pi[qpn])
+
+    async def poll_cq(self, cqn: int, max_entries: int | None = None) -> list[Cqe]:
+        """The new CQEs (by owner phase), oldest first; their slots are handed back with CQ_DB_CI."""
+        cq = self.cqs[cqn]
+        out = []
+        ci = self.cq_ci[cqn]
+        while max_entries is None or len(out) < max_entries:
+            raw = self.dev.peek((cq.ring_base & ~0x1F) + (ci % cq.size) * CQE_BYTES, CQE_BYTES)
+            cqe = Cqe.unpack(raw)
+            if cqe.owner != (ci >> cq.log_size & 1) ^ 1:
+                break
+            out.append(cqe)
+            ci = (ci + 1) & 0xFFFF
+        if out:
+            self.cq_ci[cqn] = ci
+            await self.dev.write_reg(REG["CQ_DB_CQN"].offset, cqn)
+            await self.dev.write_reg(REG["CQ_DB_CI"].offset, ci)
+            self.polled[cqn] += out
+        return out
+
+    def _qpc(self, qpn: int) -> int:
+        return self.config.qpc_base + qpn * RECORD_BYTES
