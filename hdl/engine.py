@@ -146,7 +146,7 @@ class DescriptorEngine(wiring.Component):
         wqe_raw = Signal(512)
         wqe = data.View(wqe_layout, wqe_raw)
         offset = Signal(32)            # byte offset of the current message (partial messages)
-        steps = Signal(17)
+        steps = Signal(32)             # packets and WQEs of this turn (32 bits: a solo turn is long)
         flush_mode = Signal()
         rerr = Signal()
 
@@ -316,13 +316,17 @@ class DescriptorEngine(wiring.Component):
                          cq_cmd.wr_id.eq(src.wr_id if with_wqe else 0),
                          cq_cmd.opcode.eq(src.opcode if with_wqe else 0)]
 
-        can_issue = (~squash & ~issued_last & (inflight < window) & (steps + inflight < quota))
+        # nobody else waits: the turn goes on past its quota (round robin over one QP is that QP, and a
+        # turn boundary would drain the window and read the WQE again)
+        solo = (rdy.level == 0) & ~self.doorbell.valid & ~self.cq_doorbell.valid
+        quota_ok = (steps + inflight < quota) | solo
+        can_issue = (~squash & ~issued_last & (inflight < window) & quota_ok)
         next_ci = Signal(16)
         m.d.comb += next_ci.eq(issue_ci + 1)
         # The next WQE may start before this one retires only if this one writes no CQE: a CQE can
         # overflow or be dropped, which moves the QP to ERROR before the next WQE (model order).
         can_chain = (~squash & issued_last & ~chain_block & ~wqe.flags[0] & (ctx.state == QpState.RTS)
-                     & (next_ci != ctx.sq_pi) & (inflight < window) & (steps + inflight < quota))
+                     & (next_ci != ctx.sq_pi) & (inflight < window) & quota_ok)
 
         with m.FSM() as fsm:
             with m.State("Idle"):
@@ -408,7 +412,7 @@ class DescriptorEngine(wiring.Component):
             cache("Turn", Op.LOOKUP, 0, turn_lookup)
 
             with m.State("Loop"):
-                with m.If((steps >= quota) | (ctx.sq_ci == ctx.sq_pi)):
+                with m.If(((steps >= quota) & ~solo) | (ctx.sq_ci == ctx.sq_pi)):
                     m.next = "Turn-End"
                 with m.Elif(ctx.state == QpState.ERROR):
                     m.d.sync += [flush_mode.eq(1), issue_ci.eq(ctx.sq_ci), chained.eq(0), chain_block.eq(0)]

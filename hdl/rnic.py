@@ -33,6 +33,9 @@ class Rnic(wiring.Component):
         QPNs the scheduler holds (a power of two; CAPS[31:24] reports its log2).
     window : int
         Packets the engine issues ahead of their payload reads' completion.
+    payload_queue : int
+        Beats of payload the reader may have requested and not yet handed to the packet builder;
+        it must exceed the memory latency in clocks for back-to-back packets (1024: 500 clocks).
 
     Members
     -------
@@ -47,9 +50,10 @@ class Rnic(wiring.Component):
         Level interrupt: ``INT_STATUS & INT_ENABLE`` non-zero.
     """
 
-    def __init__(self, cache_cfg: QpcCacheConfig | None = None, *, max_qps: int = 256, window: int = 16):
+    def __init__(self, cache_cfg: QpcCacheConfig | None = None, *, max_qps: int = 256, window: int = 32,
+                 payload_queue: int = 1024):
         self.cache_cfg = cache_cfg or QpcCacheConfig()
-        self.max_qps, self.window = max_qps, window
+        self.max_qps, self.window, self.payload_queue = max_qps, window, payload_queue
         super().__init__({
             "s_axil": In(AXI4LiteSignature(addr_width=16, data_width=32)),
             "m_axi": Out(AXI4Signature(addr_width=64, data_width=64, id_width=6)),
@@ -62,7 +66,7 @@ class Rnic(wiring.Component):
         m.submodules.regs = regs = RegisterBlock(caps=caps(self.max_qps))
         m.submodules.cache = cache = QpCache(self.cache_cfg)
         m.submodules.engine = eng = DescriptorEngine(self.cache_cfg, max_qps=self.max_qps, window=self.window)
-        m.submodules.reader = rd = PayloadReader()
+        m.submodules.reader = rd = PayloadReader(fifo_depth=self.payload_queue)
         m.submodules.builder = pb = PacketBuilder(64)
         m.submodules.gate = gate = FrameGate(self.window)
         m.submodules.axi = ic = AxiInterconnect(len(_MASTERS))

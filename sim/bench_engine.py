@@ -12,8 +12,9 @@ read burst a fixed number of clocks after its AR (bursts overlap); the frame sin
   beat, for unsignaled SENDs of 64 B and 4 KiB over 1 and 16 QPs, and inside one 64 KiB message
   (payload reads issued ahead must hide the memory latency between its packets);
 * fairness: one QP with a 64 KiB message against QPs with many 1 KiB messages (MTU 1024, memory
-  latency 50): wire bytes per QP while every QP has work, Jain's index over them, and the longest
-  run of other QPs' packets between two packets of one QP against the scheduler's bound.
+  latency 50), while every QP has work: the largest lead in packets of one QP over another (round
+  robin bounds it by the quota), Jain's index over wire bytes up to the last round boundary, and
+  the longest run of other QPs' packets between two packets of one QP, against (QPs - 1) x quota.
 """
 
 from __future__ import annotations
@@ -64,10 +65,10 @@ def main(argv=None):
         print(f"{x['mem_latency']:>11} {x['mtu']:>5} {x['frames']:>6} {x['ideal_beats']:>7} {x['clocks']:>7} "
               f"{x['efficiency']:>10.3f}")
     print("\nfairness: QP 0 one 64 KiB SEND, other QPs 1 KiB SENDs, MTU 1024, 50-clk memory")
-    print(f"{'QPs':>4} {'quota':>5} {'frames':>6} {'clocks':>7} {'Jain':>6} {'max wait':>8} {'bound':>5}  bytes per QP")
+    print(f"{'QPs':>4} {'quota':>5} {'frames':>6} {'clocks':>7} {'Jain':>6} {'max lead':>8} {'max wait':>8} {'bound':>5}")
     for x in r["fairness"]:
         print(f"{x['qps']:>4} {x['quota']:>5} {x['frames_in_span']:>6} {x['clocks_in_span']:>7} {x['jain']:>6.3f} "
-              f"{x['max_wait_packets']:>8} {x['bound_packets']:>5}  {x['bytes_per_qp']}")
+              f"{x['max_lead_packets']:>8} {x['max_wait_packets']:>8} {x['bound_wait_packets']:>5}")
     if a.json:
         a.json.write_text(json.dumps(r, indent=1))
     return r
