@@ -68,7 +68,9 @@ class Rnic(wiring.Component):
         m.submodules.engine = eng = DescriptorEngine(self.cache_cfg, max_qps=self.max_qps, window=self.window)
         m.submodules.reader = rd = PayloadReader(fifo_depth=self.payload_queue)
         m.submodules.builder = pb = PacketBuilder(64)
-        m.submodules.gate = gate = FrameGate(self.window)
+        # abort bits wait here from a packet's read result until its frame leaves: the window's
+        # uncommitted packets plus as many committed ones as the payload queue holds
+        m.submodules.gate = gate = FrameGate(self.window, depth=2 * self.window)
         m.submodules.axi = ic = AxiInterconnect(len(_MASTERS))
 
         wiring.connect(m, wiring.flipped(self.s_axil), regs.s_axil)

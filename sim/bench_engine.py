@@ -25,12 +25,15 @@ import sys
 import tempfile
 from pathlib import Path
 
-__all__ = ["measure", "main"]
+__all__ = ["measure", "markdown", "main"]
 
 _TESTS = Path(__file__).resolve().parents[1] / "cocotb_tests"
 
 
-def measure(seed: int = 1) -> dict:
+PARTS = ("latency", "efficiency", "message", "fairness")
+
+
+def measure(seed: int = 1, parts=PARTS) -> dict:
     if str(_TESTS) not in sys.path:
         sys.path.insert(0, str(_TESTS))
     import test_rnic
@@ -38,18 +41,55 @@ def measure(seed: int = 1) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "bench.json"
         tests, fails = run(test_rnic.build_rnic(), "test_rnic", seed=seed, testcase="bench",
-                           extra_env={"RNIC_BENCH": str(out)}, test_dir=_TESTS)
+                           extra_env={"RNIC_BENCH": str(out), "RNIC_BENCH_PARTS": ",".join(parts)},
+                           test_dir=_TESTS)
         if fails or not out.exists():
             raise RuntimeError(f"benchmark simulation failed ({fails} of {tests})")
         return json.loads(out.read_text())
+
+
+def markdown(r: dict) -> str:
+    """The results as the Markdown tables of docs/engine.md."""
+    out = []
+    if r.get("latency"):
+        out += ["| memory latency (clocks) | QP context not cached | cached |", "|---|---|---|"]
+        out += [f"| {x['mem_latency']} | {x['doorbell_to_first_byte_miss']} | {x['doorbell_to_first_byte_hit']} |"
+                for x in r["latency"]]
+        out.append("")
+    if r.get("efficiency"):
+        out += ["| memory latency | QPs | message | MTU | efficiency |", "|---|---|---|---|---|"]
+        for x in r["efficiency"]:
+            size = f"{x['size'] // 1024} KiB" if x["size"] >= 1024 else f"{x['size']} B"
+            out.append(f"| {x['mem_latency']} | {x['qps']} | {size} × {x['messages']} | {x['mtu']} | "
+                       f"{x['efficiency']:.3f} |")
+        out.append("")
+    if r.get("message"):
+        out += ["| memory latency | MTU | frames | efficiency | idle clocks after the first frame |",
+                "|---|---|---|---|---|"]
+        out += [f"| {x['mem_latency']} | {x['mtu']} | {x['frames']} | {x['efficiency']:.3f} | "
+                f"{x['idle_after_first_frame']} |" for x in r["message"]]
+        out.append("")
+    if r.get("fairness"):
+        out += ["| QPs | quota | frames while all busy | Jain (full rounds) | max lead (packets) | "
+                "max wait (packets) | wait bound |", "|---|---|---|---|---|---|---|"]
+        out += [f"| {x['qps']} | {x['quota']} | {x['frames_in_span']} | {x['jain']:.3f} | {x['max_lead_packets']} | "
+                f"{x['max_wait_packets']} | {x['bound_wait_packets']} |" for x in r["fairness"]]
+        out.append("")
+    return "\n".join(out)
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--json", type=Path, help="write the results here")
+    p.add_argument("--markdown", type=Path, help="write the tables of docs/engine.md here")
+    p.add_argument("--only", default=",".join(PARTS), help=f"comma-separated parts of {','.join(PARTS)}")
     a = p.parse_args(argv)
-    r = measure(a.seed)
+    parts = a.only.split(",")
+    bad = [x for x in parts if x not in PARTS]
+    if bad:
+        p.error(f"--only: unknown part(s) {', '.join(bad)}; choose from {', '.join(PARTS)}")
+    r = {k: [] for k in PARTS} | measure(a.seed, parts)
     print("doorbell -> first frame byte (clocks), 64-byte SEND")
     print(f"{'mem latency':>11} {'QPC miss':>9} {'QPC hit':>8}")
     for x in r["latency"]:
@@ -60,10 +100,11 @@ def main(argv=None):
         print(f"{x['mem_latency']:>11} {x['qps']:>4} {x['size']:>5} {x['mtu']:>5} {x['frames']:>6} "
               f"{x['ideal_beats']:>7} {x['clocks']:>7} {x['efficiency']:>10.3f}")
     print("\ninside one 64 KiB message, 1 QP")
-    print(f"{'mem latency':>11} {'MTU':>5} {'frames':>6} {'ideal':>7} {'clocks':>7} {'efficiency':>10}")
+    print(f"{'mem latency':>11} {'MTU':>5} {'frames':>6} {'ideal':>7} {'clocks':>7} {'efficiency':>10} "
+          f"{'idle after frame 1':>18}")
     for x in r["message"]:
         print(f"{x['mem_latency']:>11} {x['mtu']:>5} {x['frames']:>6} {x['ideal_beats']:>7} {x['clocks']:>7} "
-              f"{x['efficiency']:>10.3f}")
+              f"{x['efficiency']:>10.3f} {x['idle_after_first_frame']:>18}")
     print("\nfairness: QP 0 one 64 KiB SEND, other QPs 1 KiB SENDs, MTU 1024, 50-clk memory")
     print(f"{'QPs':>4} {'quota':>5} {'frames':>6} {'clocks':>7} {'Jain':>6} {'max lead':>8} {'max wait':>8} {'bound':>5}")
     for x in r["fairness"]:
@@ -71,6 +112,8 @@ def main(argv=None):
               f"{x['max_lead_packets']:>8} {x['max_wait_packets']:>8} {x['bound_wait_packets']:>5}")
     if a.json:
         a.json.write_text(json.dumps(r, indent=1))
+    if a.markdown:
+        a.markdown.write_text(markdown(r))
     return r
 
 
