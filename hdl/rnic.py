@@ -6,11 +6,13 @@ packet builder, on one AXI4 master, one AXI4-Lite slave and one AXI4-Stream fram
 
 from amaranth import Module, Signal
 from amaranth.lib import data, stream, wiring
+from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
 from ..model.qpc import QpcCacheConfig
 from ..model.regs import caps
 from .bus import AXI4LiteSignature, AXI4Signature, AXIStreamSignature, stream_to_axis
+from .descriptor import DescriptorLayout
 from .dma import AxiInterconnect, PayloadReader
 from .engine import DescriptorEngine, FrameGate
 from .packet_builder import PacketBuilder
@@ -36,6 +38,9 @@ class Rnic(wiring.Component):
     payload_queue : int
         Beats of payload the reader may have requested and not yet handed to the packet builder;
         it must exceed the memory latency in clocks for back-to-back packets (1024: 500 clocks).
+    desc_queue : int
+        Packet descriptors queued in front of the packet builder, whose pipeline takes only a few
+        while their frames wait for payload; issuing further ahead hides more memory latency.
 
     Members
     -------
@@ -51,9 +56,10 @@ class Rnic(wiring.Component):
     """
 
     def __init__(self, cache_cfg: QpcCacheConfig | None = None, *, max_qps: int = 256, window: int = 32,
-                 payload_queue: int = 1024):
+                 payload_queue: int = 1024, desc_queue: int = 16):
         self.cache_cfg = cache_cfg or QpcCacheConfig()
         self.max_qps, self.window, self.payload_queue = max_qps, window, payload_queue
+        self.desc_queue = desc_queue
         super().__init__({
             "s_axil": In(AXI4LiteSignature(addr_width=16, data_width=32)),
             "m_axi": Out(AXI4Signature(addr_width=64, data_width=64, id_width=6)),
@@ -96,7 +102,9 @@ class Rnic(wiring.Component):
         wiring.connect(m, cache.resp, eng.qpc_resp)
 
         # packets: descriptors and payload into the builder, frames through the gate
-        wiring.connect(m, eng.desc, pb.desc)
+        m.submodules.desc_q = dq = SyncFIFOBuffered(width=DescriptorLayout.size, depth=self.desc_queue)
+        m.d.comb += [dq.w_en.eq(eng.desc.valid), dq.w_data.eq(eng.desc.payload), eng.desc.ready.eq(dq.w_rdy),
+                     pb.desc.valid.eq(dq.r_rdy), pb.desc.payload.eq(dq.r_data), dq.r_en.eq(pb.desc.ready)]
         wiring.connect(m, eng.rd_cmd, rd.cmd)
         wiring.connect(m, rd.payload, pb.payload)
         wiring.connect(m, rd.status, gate.rd_status)
