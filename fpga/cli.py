@@ -1,0 +1,224 @@
+"""``python -m rnic.fpga synth``: out-of-context synthesis of the whole engine (``Rnic``), JSON and
+Markdown report.
+
+Exit status: 0 when the flow ran to a report, whether or not the design fits or meets timing (see
+``fits`` and ``timing_met``); 1 when a tool or the elaboration failed (the error is printed on
+stderr and no report is written); 2 for a usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from .synth import DEVICES
+
+__all__ = ["SUPPORTED_WIDTHS", "build_parser", "parse_args", "engine_config", "default_name", "build_engine",
+           "source_state", "verdict_line", "render_markdown", "main"]
+
+SUPPORTED_WIDTHS = (64,)
+DEFAULTS = {"width": 64, "qp_cache_entries": 16, "qp_cache_ways": 4}
+ENGINE_PARAMS = ("max_qps", "window", "payload_queue", "desc_queue")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m rnic.fpga",
+                                     description="FPGA synthesis reports of the RNIC engine")
+    sub = parser.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("synth", help="synthesize the whole engine out of context and report size and Fmax",
+                       description="Synthesize Rnic with every port registered; write a JSON report and a "
+                                   "Markdown table. Exit 0 with a report (also when it does not fit), 1 on a "
+                                   "tool failure, 2 on a usage error.")
+    s.add_argument("--device", required=True, choices=sorted(DEVICES), help="target device")
+    s.add_argument("--width", type=int, default=DEFAULTS["width"],
+                   help=f"datapath width in bits; supported: {', '.join(map(str, SUPPORTED_WIDTHS))} (default 64)")
+    s.add_argument("--qp-cache", type=int, default=DEFAULTS["qp_cache_entries"], metavar="N",
+                   help="QP context cache entries, a power of two (default 16)")
+    s.add_argument("--qp-cache-ways", type=int, default=None, metavar="W",
+                   help="QP context cache associativity, a power of two <= N (default min(4, N))")
+    s.add_argument("--max-qps", type=int, help="QPNs the scheduler holds, a power of two (default: Rnic's)")
+    s.add_argument("--window", type=int, help="packets issued ahead of their payload reads (default: Rnic's)")
+    s.add_argument("--target-mhz", type=float, default=156.25, metavar="F", help="clock target (default 156.25)")
+    s.add_argument("--seed", type=int, default=1, metavar="S", help="nextpnr placement seed (default 1)")
+    s.add_argument("--name", default=None,
+                   help="work folder stem: build/synth/<name>-<device>/ (default rnic, plus non-default options)")
+    s.add_argument("--json", required=True, type=Path, metavar="PATH", help="write the JSON report here")
+    s.add_argument("--markdown", type=Path, metavar="PATH", help="also write the Markdown table here")
+    parser.synth = s
+    return parser
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Parse and check ``argv``; a bad value exits 2 with a message naming what is accepted."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    error = parser.synth.error
+    if args.width not in SUPPORTED_WIDTHS:
+        error(f"--width {args.width} is not supported: the Rnic top level has a fixed 64-bit datapath, "
+                     f"supported widths are {', '.join(map(str, SUPPORTED_WIDTHS))} "
+                     f"(128 and 256 are not yet available for the whole engine)")
+    if args.qp_cache_ways is None:
+        args.qp_cache_ways = min(DEFAULTS["qp_cache_ways"], max(args.qp_cache, 1))
+    from ..model.qpc import QpcCacheConfig
+    try:
+        QpcCacheConfig(entries=args.qp_cache, ways=args.qp_cache_ways)
+    except ValueError as err:
+        error(f"--qp-cache {args.qp_cache} --qp-cache-ways {args.qp_cache_ways}: {err}")
+    if args.max_qps is not None and (args.max_qps < 1 or args.max_qps & (args.max_qps - 1)):
+        error(f"--max-qps must be a power of two, not {args.max_qps}")
+    if args.window is not None and args.window < 1:
+        error(f"--window must be at least 1, not {args.window}")
+    if args.target_mhz <= 0:
+        error(f"--target-mhz must be positive, not {args.target_mhz:g}")
+    return args
+
+
+def engine_config(args: argparse.Namespace, engine=None) -> dict:
+    """The ``config`` section of the report: the options, and the effective ``max_qps``, ``window``
+    (and ``payload_queue`` / ``desc_queue`` where ``Rnic`` has them) read from ``engine``."""
+    config = {"width": args.width, "qp_cache_entries": args.qp_cache, "qp_cache_ways": args.qp_cache_ways}
+    for key in ENGINE_PARAMS:
+        value = getattr(engine, key, None) if engine is not None else getattr(args, key, None)
+        if value is not None:
+            config[key] = value
+    return config
+
+
+def default_name(args: argparse.Namespace) -> str:
+    """``rnic`` plus a suffix for each option that differs from its default."""
+    name = "rnic"
+    for value, default, tag in ((args.width, DEFAULTS["width"], "w"),
+                                (args.qp_cache, DEFAULTS["qp_cache_entries"], "qpc"),
+                                (args.qp_cache_ways, min(DEFAULTS["qp_cache_ways"], args.qp_cache), "ways"),
+                                (args.max_qps, None, "qps"), (args.window, None, "win")):
+        if value is not None and value != default:
+            name += f"-{tag}{value}"
+    return name
+
+
+def build_engine(args: argparse.Namespace):
+    """``Rnic`` with the given options; the ones not given keep ``Rnic``'s defaults."""
+    from ..hdl.rnic import Rnic
+    from ..model.qpc import QpcCacheConfig
+    kwargs = {k: getattr(args, k) for k in ("max_qps", "window") if getattr(args, k) is not None}
+    return Rnic(QpcCacheConfig(entries=args.qp_cache, ways=args.qp_cache_ways), **kwargs)
+
+
+def source_state() -> dict:
+    """The git commit of the sources and the uncommitted files under ``hdl/`` and ``model/``."""
+    root = Path(__file__).resolve().parents[1]
+    try:
+        commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+                                timeout=30).stdout.strip()
+        status = subprocess.run(["git", "-C", str(root), "--no-optional-locks", "status", "--porcelain", "--",
+                                 "hdl", "model"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    return {"commit": commit, "modified": sorted(line[3:] for line in status.splitlines())} if commit else {}
+
+
+def _count(used, available) -> str:
+    if used is None:
+        return "–"
+    return f"{used} / {available} ({100 * used / available:.0f} %)" if available else str(used)
+
+
+def verdict_line(report: dict) -> str:
+    """One sentence: does it fit, and is timing met."""
+    if report.get("message"):
+        return report["message"]
+    if not report.get("fits"):
+        return f"does not fit {report.get('device', '')}" if report.get("fits") is False else ""
+    text = f"fits {report.get('device', '')}"
+    fmax = report.get("fmax_mhz") or {}
+    if fmax:
+        worst = min(fmax.values())
+        met = "met" if report.get("timing_met") else "NOT met"
+        text += f"; timing {met} at {report.get('target_mhz', 0):g} MHz (worst Fmax {worst:.1f} MHz)"
+    return text
+
+
+def render_markdown(report: dict) -> str:
+    """A two-column Markdown table of ``report``, with the verdict line above it."""
+    avail = report.get("available", {})
+    cfg = report.get("config", {})
+    cfg_text = ", ".join([f"W={cfg['width']}"] * ("width" in cfg)
+                         + [f"QP cache {cfg['qp_cache_entries']} entries {cfg.get('qp_cache_ways')}-way"]
+                         * ("qp_cache_entries" in cfg)
+                         + [f"{k} {cfg[k]}" for k in ENGINE_PARAMS if k in cfg]) or "–"
+    fmax = report.get("fmax_mhz") or {}
+    fmax_text = ", ".join(f"{d} {f:.1f} MHz" for d, f in fmax.items()) or "not measured"
+    met = {True: "yes", False: "**no**", None: "not measured"}[report.get("timing_met")]
+    fits = {True: "yes", False: "**no**"}.get(report.get("fits"), "unknown")
+    ff_text = _count(report.get("ff"), avail.get("ff"))
+    src = report.get("source") or {}
+    src_text = (src.get("commit", "")[:10] + (f" + uncommitted {', '.join(src['modified'])}"
+                                             if src.get("modified") else "")) or "–"
+    if report.get("wrapper_ff") is not None:
+        ff_text += f", {report['wrapper_ff']} of them port registers"
+    tools = report.get("tools", {})
+    rows = [
+        ("Device", report.get("device", "–")),
+        ("Configuration", cfg_text),
+        ("LUT4", _count(report.get("lut4"), avail.get("lut4"))),
+        ("FF", ff_text),
+        ("Block RAM", _count(report.get("bram"), avail.get("bram"))),
+        ("LUT RAM", str(report.get("lutram", "–"))),
+        ("DSP", _count(report.get("dsp"), avail.get("dsp"))),
+        ("Fmax", fmax_text),
+        ("Target", f"{report.get('target_mhz', 0):g} MHz"),
+        ("Timing met", met),
+        ("Fits", fits),
+        ("Place and route", report.get("pnr", "–")
+         + (f" (seed {report['seed']})" if report.get("pnr") == "done" and "seed" in report else "")),
+        ("Source", src_text),
+        ("Synthesis time", f"{report['synth_seconds']:.0f} s" if "synth_seconds" in report else "–"),
+        ("Tools", ", ".join([tools[k] for k in ("yosys", "nextpnr") if k in tools]
+                            + ([f"Amaranth {tools['amaranth']}"] if "amaranth" in tools else [])) or "–"),
+    ]
+    verdict = verdict_line(report)
+    lines = [f"**{verdict}**", ""] if verdict else []
+    lines += ["| Quantity | Value |", "|---|---|"]
+    lines += [f"| {k} | {v.replace('|', '/')} |" for k, v in rows]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None, *, factory=None) -> int:
+    """Run the CLI. ``factory`` replaces the ``Rnic`` constructor (tests synthesize a tiny block)."""
+    args = parse_args(argv)
+    name = args.name or default_name(args)
+    from .synth import synthesize, tool_versions
+
+    started = datetime.datetime.now(datetime.timezone.utc)
+    source = source_state()
+    t0 = time.monotonic()
+    try:
+        engine = None if factory else build_engine(args)
+        config = engine_config(args, engine)
+        report = synthesize(factory or (lambda: engine), name, device=args.device, target_mhz=args.target_mhz,
+                            seed=args.seed)
+    except Exception as err:
+        print(f"error: synthesis of {name} for {args.device} failed: {err}", file=sys.stderr)
+        return 1
+    out = {"device": report["device"], "name": name, "config": config}
+    out.update({k: v for k, v in report.items() if k not in out})
+    out["synth_seconds"] = round(time.monotonic() - t0, 1)
+    out["date"] = started.isoformat(timespec="seconds")
+    out["tools"] = tool_versions(args.device)
+    out["source"] = source
+
+    md = render_markdown(out)
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(out, indent=2) + "\n")
+    if args.markdown:
+        args.markdown.parent.mkdir(parents=True, exist_ok=True)
+        args.markdown.write_text(md)
+    print(md, end="")
+    print("\n" + verdict_line(out).replace("does not fit", "DOES NOT FIT", 1))
+    print(f"\nwrote {args.json}" + (f" and {args.markdown}" if args.markdown else ""))
+    return 0
