@@ -154,15 +154,20 @@ def _wire(fields):
     return Cat(*(bits[8 * (n - 1 - k):8 * (n - k)] for k in range(n)))
 
 
-def _header(cls, **values):
-    """Wire bytes of a model header class from its LAYOUT; reserved fields not given are zero."""
+def _layout_fields(cls, values):
+    """``(value, width)`` per field of a model header class's LAYOUT; reserved fields not given are 0."""
     fields = []
     for name, width in cls.LAYOUT:
         if name not in values:
             assert name.startswith("resv"), (cls, name)
         fields.append((values.get(name, 0), width))
     assert set(values) <= {n for n, _ in cls.LAYOUT}, (cls, values)
-    return _wire(fields)
+    return fields
+
+
+def _header(cls, **values):
+    """Wire bytes of a model header class from its LAYOUT; reserved fields not given are zero."""
+    return _wire(_layout_fields(cls, values))
 
 
 class _Src:
@@ -192,13 +197,7 @@ def _wire_bits(fields):
 
 def _header_bits(cls, **values):
     """As :func:`_header`, but a list of per-bit entries."""
-    fields = []
-    for name, width in cls.LAYOUT:
-        if name not in values:
-            assert name.startswith("resv"), (cls, name)
-        fields.append((values.get(name, 0), width))
-    assert set(values) <= {n for n, _ in cls.LAYOUT}, (cls, values)
-    return _wire_bits(fields)
+    return _wire_bits(_layout_fields(cls, values))
 
 
 def _ext_header(cls, d):
