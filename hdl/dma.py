@@ -8,6 +8,8 @@
 * :class:`PayloadReader` fetches packet payloads for the packet builder: one command per packet,
   read with the bursts of :func:`rnic.model.engine.split_bursts`, realigned so the first payload
   byte sits in lane 0, and delivered as a :func:`~rnic.hdl.bus.PacketStream` in command order.
+  Its data width ``W`` (64, 128, 256 or 512 bits: ``B = W/8`` bytes per beat) is that of the bus
+  and of the payload stream.
   A per-command ``status`` (bus error or not) is available as soon as the command's data has
   arrived. Read data is never back-pressured: an AR is issued only when the data queue has room
   for all of its beats (the credit rule that keeps the engine free of deadlock).
@@ -54,8 +56,16 @@ def _round_robin(m, name, reqs, last):
     return pick, Cat(*reqs).any()
 
 
+def _is_pow2(v):
+    return isinstance(v, int) and v > 0 and v & (v - 1) == 0
+
+
 class AxiInterconnect(wiring.Component):
-    """``n`` AXI4 masters onto one AXI4 port (64-bit data, 64-bit address).
+    """``n`` AXI4 masters onto one AXI4 port (``data_width``-bit data, 64-bit address).
+
+    It only multiplexes: every master and ``m_axi`` have the same ``data_width`` (a power of two,
+    64 .. 1024, as far as :class:`~rnic.hdl.bus.AXI4Signature` allows: 512 today), and bursts, beats
+    and strobes pass unchanged.
 
     Address channels (AR, AW): each master's request is first taken into a one-entry buffer
     (``ready`` = buffer empty or being emptied), then a round-robin arbiter moves one buffered
@@ -83,26 +93,30 @@ class AxiInterconnect(wiring.Component):
 
     Members
     -------
-    s0 .. s{n-1} : ``In(AXI4Signature(addr_width=64, data_width=64, id_width=id_width))``
+    s0 .. s{n-1} : ``In(AXI4Signature(addr_width=64, data_width=data_width, id_width=id_width))``
         The masters (Verilog names ``s0__araddr``, ...).
-    m_axi : ``Out(AXI4Signature(addr_width=64, data_width=64, id_width=id_width + ceil_log2(n)))``
+    m_axi : ``Out(AXI4Signature(addr_width=64, data_width=data_width, id_width=id_width + ceil_log2(n)))``
         To host memory.
     bw_cap : ``In(16)``
         ``AXI_BW_CAP``: data beats per window, 0 = unlimited. Change only while the bus is idle.
     """
 
-    def __init__(self, n, id_width=4, *, w_order_depth=4):
+    def __init__(self, n, id_width=4, *, w_order_depth=4, data_width=64):
         if not isinstance(n, int) or n < 1:
             raise ValueError(f"n must be a positive integer, not {n!r}")
         if not isinstance(id_width, int) or id_width < 1:
             raise ValueError(f"id_width must be a positive integer, not {id_width!r}")
         if not isinstance(w_order_depth, int) or w_order_depth < 1:
             raise ValueError(f"w_order_depth must be a positive integer, not {w_order_depth!r}")
+        if not _is_pow2(data_width) or not 64 <= data_width <= 1024:
+            raise ValueError(f"data_width must be a power of two from 64 to 1024, not {data_width!r}")
         self._n, self._id_width, self._w_order_depth = n, id_width, w_order_depth
+        self._data_width = data_width
         self._idx_bits = ceil_log2(n)
-        members = {f"s{i}": In(AXI4Signature(addr_width=64, data_width=64, id_width=id_width))
+        members = {f"s{i}": In(AXI4Signature(addr_width=64, data_width=data_width, id_width=id_width))
                    for i in range(n)}
-        members["m_axi"] = Out(AXI4Signature(addr_width=64, data_width=64, id_width=id_width + self._idx_bits))
+        members["m_axi"] = Out(AXI4Signature(addr_width=64, data_width=data_width,
+                                             id_width=id_width + self._idx_bits))
         members["bw_cap"] = In(16)
         super().__init__(members)
 
@@ -113,6 +127,10 @@ class AxiInterconnect(wiring.Component):
     @property
     def id_width(self):
         return self._id_width
+
+    @property
+    def data_width(self):
+        return self._data_width
 
     @property
     def masters(self):
@@ -230,23 +248,30 @@ class AxiInterconnect(wiring.Component):
 class PayloadReader(wiring.Component):
     """Reads packet payloads from host memory, in command order, realigned to lane 0.
 
+    ``data_width`` W (64, 128, 256 or 512) is the width of ``m_axi`` and of ``payload``;
+    B = W/8 is the number of bytes per beat.
+
     Structure: the command stage splits each command into the bursts of
-    :func:`rnic.model.engine.split_bursts` (beat-aligned INCR, ``arsize`` 3, ID 0, at most
-    ``max_burst`` beats, never across 4 KiB), one AR per clock, for the current command and, as
-    soon as it is issued, the next ones. An AR is issued only if the data queue (``fifo_depth``
-    beats) has room for every beat of the burst not yet claimed by earlier bursts (a credit
-    counter: +beats at issue, -1 when a beat leaves the queue), so ``rready`` is constantly 1.
+    :func:`rnic.model.engine.split_bursts` with ``beat_bytes`` = B (beat-aligned INCR, ``arsize``
+    log2(B), ID 0, at most ``max_burst`` beats, never across 4 KiB, so at most 4096/B beats), one AR
+    per clock, for the current command and, as soon as it is issued, the next ones. An AR is issued
+    only if the data queue (``fifo_depth`` beats) has room for every beat of the burst not yet
+    claimed by earlier bursts (a credit counter: +beats at issue, -1 when a beat leaves the queue),
+    so ``rready`` is constantly 1.
 
     Beats are counted per command as they arrive; when a command's last beat has arrived its
     status (OR of the beats' SLVERR/DECERR) is queued to ``status`` at once, independent of
     ``payload``. The output stage keeps a two-beat window over the raw beats and shifts out
     ``payload`` beats (first byte in lane 0), one per clock, with no bubble between commands
-    except where a command whose start is not 8-byte aligned needs one more raw beat than it has
+    except where a command whose start is not B-byte aligned needs one more raw beat than it has
     payload beats (the memory also delivers that extra beat, so memory bandwidth is the limit).
+    Commands are the other limit: one takes the command stage a clock plus one per burst, and at
+    most ``cmd_depth`` are in flight, so short commands (a beat or two, common at W >= 256) do not
+    fill every clock.
 
     Latency (clock edges, ``payload.ready`` = 1): command handshake to ``arvalid`` 2; R beat
-    handshake to its ``payload`` beat 4 (5 for a command not 8-byte aligned: its first beat waits
-    for a second raw beat); last R beat of a command to ``status.valid`` 1.
+    handshake to its ``payload`` beat 4 (5 for a command not B-byte aligned: its first beat waits
+    for a second raw beat); last R beat of a command to ``status.valid`` 1. The same at every W.
 
     Members
     -------
@@ -256,18 +281,20 @@ class PayloadReader(wiring.Component):
         taken, or a queue is full.
     max_burst : ``In(9)``
         ``AXI_MAX_BURST``: 1..256 beats; 0 or above 256 acts as 256. Change only while idle.
-    m_axi : ``Out(AXI4Signature(addr_width=64, data_width=64, id_width=4))``
+    m_axi : ``Out(AXI4Signature(addr_width=64, data_width=W, id_width=4))``
         Host memory, read only (``awvalid`` = ``wvalid`` = 0, ``bready`` = 1, ``rready`` = 1).
-    payload : ``Out(PacketStream(64))``
-        For each command with ``len`` > 0: ceil(len/8) beats, keep all ones except on the ``last``
-        beat, whose keep is the low (len mod 8, or 8) lanes. Lanes outside ``keep`` are 0.
+    payload : ``Out(PacketStream(W))``
+        For each command with ``len`` > 0: ceil(len/B) beats, keep all ones except on the ``last``
+        beat, whose keep is the low (len mod B, or B) lanes. Lanes outside ``keep`` are 0.
+        An inline command (``len`` <= 32) thus takes ceil(len/8) beats at W = 64, ceil(len/16) at
+        W = 128 and one beat at W >= 256 (lanes 32 and up zero, their keep off).
         A command with a bus error still yields its beats (data undefined).
     status : ``Out(stream.Signature(payload_status_layout))``
         One per command, in command order (``len`` 0 and inline commands: ``error`` 0), valid
         one clock after the command's last R beat, whether or not its payload has been taken.
     """
 
-    def __init__(self, max_payload=4096, fifo_depth=512, *, cmd_depth=32, inline_depth=4):
+    def __init__(self, max_payload=4096, fifo_depth=512, *, cmd_depth=32, inline_depth=4, data_width=64):
         if not isinstance(max_payload, int) or not 1 <= max_payload < 1 << 13:
             raise ValueError(f"max_payload must be 1..8191 (the 13-bit len field), not {max_payload!r}")
         if not isinstance(fifo_depth, int) or fifo_depth < 256:
@@ -275,13 +302,16 @@ class PayloadReader(wiring.Component):
         for name, v in (("cmd_depth", cmd_depth), ("inline_depth", inline_depth)):
             if not isinstance(v, int) or v < 2:
                 raise ValueError(f"{name} must be an integer of at least 2, not {v!r}")
+        if data_width not in (64, 128, 256, 512):
+            raise ValueError(f"data_width must be 64, 128, 256 or 512, not {data_width!r}")
         self._max_payload, self._fifo_depth = max_payload, fifo_depth
         self._cmd_depth, self._inline_depth = cmd_depth, inline_depth
+        self._data_width = data_width
         super().__init__({
             "cmd": In(stream.Signature(payload_cmd_layout)),
             "max_burst": In(9),
-            "m_axi": Out(AXI4Signature(addr_width=64, data_width=64, id_width=4)),
-            "payload": Out(PacketStream(64)),
+            "m_axi": Out(AXI4Signature(addr_width=64, data_width=data_width, id_width=4)),
+            "payload": Out(PacketStream(data_width)),
             "status": Out(stream.Signature(payload_status_layout)),
         })
 
@@ -297,14 +327,22 @@ class PayloadReader(wiring.Component):
     def cmd_depth(self):
         return self._cmd_depth
 
+    @property
+    def data_width(self):
+        return self._data_width
+
     def elaborate(self, platform):
         m = Module()
         axi, D, C = self.m_axi, self._fifo_depth, self._cmd_depth
-        beat_bits = ceil_log2(-(-self._max_payload // 8) + 2)      # payload beats and raw beats
+        W = self._data_width
+        B = W // 8                               # bytes per beat
+        sb = ceil_log2(B)                        # address bits within a beat (= arsize)
+        page_beats = 4096 // B                   # beats in 4 KiB
+        beat_bits = ceil_log2(-(-self._max_payload // B) + 2)      # payload beats and raw beats
         pinfo_layout = data.StructLayout({
-            "off": 3,                  # byte offset of the first payload byte in the first raw beat
+            "off": sb,                 # byte offset of the first payload byte in the first raw beat
             "nm1": beat_bits,          # payload beats - 1
-            "keep": 8,                 # keep of the last beat
+            "keep": B,                 # keep of the last beat
             "extra": 1,                # one more raw beat than payload beats (only when off != 0)
             "inline": 1,
         })
@@ -315,32 +353,32 @@ class PayloadReader(wiring.Component):
         m.submodules.sorder = sorder = SyncFIFO(width=1, depth=C)
         m.submodules.done = done = SyncFIFO(width=1, depth=C)
         m.submodules.stat = stat = SyncFIFO(width=1, depth=C)
-        m.submodules.rdata = rdata = SyncFIFOBuffered(width=64, depth=D)
+        m.submodules.rdata = rdata = SyncFIFOBuffered(width=W, depth=D)
 
-        # ---- fixed AXI fields: read only, ID 0, 8-byte INCR ---------------------------------------
+        # ---- fixed AXI fields: read only, ID 0, B-byte INCR -----------------------------------------
         m.d.comb += [
-            axi.arid.eq(0), axi.arsize.eq(3), axi.arburst.eq(1), axi.arlock.eq(0), axi.arcache.eq(0),
+            axi.arid.eq(0), axi.arsize.eq(sb), axi.arburst.eq(1), axi.arlock.eq(0), axi.arcache.eq(0),
             axi.arprot.eq(0), axi.awvalid.eq(0), axi.wvalid.eq(0), axi.bready.eq(1), axi.rready.eq(1),
         ]
 
         # ---- command stage -------------------------------------------------------------------------
         c = self.cmd.payload
-        off = c.addr[:3]
+        off = c.addr[:sb]
         nonzero = c.len != 0
         raw_beats = Signal(beat_bits)
-        m.d.comb += raw_beats.eq(Mux(nonzero & ~c.inline, (off + c.len + 7) >> 3, 0))
+        m.d.comb += raw_beats.eq(Mux(nonzero & ~c.inline, (off + c.len + (B - 1)) >> sb, 0))
         lm1 = Signal(13)
         m.d.comb += lm1.eq(c.len - 1)
         info = Signal(pinfo_layout)
         m.d.comb += [
             info.off.eq(Mux(c.inline, 0, off)),
-            info.nm1.eq(lm1[3:]),
-            info.keep.eq(Mux(c.len[:3] == 0, 0xFF, (Const(1, 9) << c.len[:3]) - 1)),
-            info.extra.eq(off + lm1[:3] >= 8),
+            info.nm1.eq(lm1[sb:]),
+            info.keep.eq(Mux(c.len[:sb] == 0, (1 << B) - 1, (Const(1, B + 1) << c.len[:sb]) - 1)),
+            info.extra.eq(off + lm1[:sb] >= B),
             info.inline.eq(c.inline),
         ]
         active = Signal()                    # bursts of the accepted command still to issue
-        a_addr = Signal(61)                  # next burst's beat address (address >> 3)
+        a_addr = Signal(64 - sb)             # next burst's beat address (address >> log2(B))
         a_left = Signal(beat_bits)           # its beats not yet issued
         owed = Signal(range(C + 1))          # accepted commands whose status is not yet taken
         m.d.comb += self.cmd.ready.eq(~active & pinfo.w_rdy & inl.w_rdy & rbeats.w_rdy & sorder.w_rdy &
@@ -353,21 +391,22 @@ class PayloadReader(wiring.Component):
             sorder.w_en.eq(accept), sorder.w_data.eq(raw_beats == 0),
         ]
         with m.If(accept & (raw_beats != 0)):
-            m.d.sync += [active.eq(1), a_addr.eq(c.addr[3:]), a_left.eq(raw_beats)]
+            m.d.sync += [active.eq(1), a_addr.eq(c.addr[sb:]), a_left.eq(raw_beats)]
 
         # ---- AR issue under the credit rule ----------------------------------------------------------
         mb = self.max_burst
         mb_eff = Mux((mb == 0) | (mb > 256), 256, mb)
-        to_page = 512 - a_addr[:9]
-        lim = Signal(range(513))             # min(max_burst, beats to the 4 KiB boundary)
+        to_page = page_beats - a_addr[:12 - sb]
+        lim_max = max(page_beats, 256)
+        lim = Signal(range(lim_max + 1))     # min(max_burst, beats to the 4 KiB boundary)
         m.d.comb += lim.eq(Mux(to_page < mb_eff, to_page, mb_eff))
-        beats = Signal(range(513))
+        beats = Signal(range(lim_max + 1))
         m.d.comb += beats.eq(Mux(a_left < lim, a_left, lim))
         reserved = Signal(range(D + 1))      # beats claimed: in flight on R or waiting in rdata
         ar_load = active & (~axi.arvalid | axi.arready) & (reserved + beats <= D)
         with m.If(ar_load):
             m.d.sync += [
-                axi.arvalid.eq(1), axi.araddr.eq(Cat(Const(0, 3), a_addr)), axi.arlen.eq(beats - 1),
+                axi.arvalid.eq(1), axi.araddr.eq(Cat(Const(0, sb), a_addr)), axi.arlen.eq(beats - 1),
                 a_addr.eq(a_addr + beats), a_left.eq(a_left - beats),
             ]
             with m.If(a_left == beats):
@@ -414,7 +453,7 @@ class PayloadReader(wiring.Component):
         hd = pinfo_layout(pinfo.r_data)
         j = Signal(beat_bits)                     # payload beat of the head command
         is_last = j == hd.nm1
-        w0, w1 = Signal(64), Signal(64)
+        w0, w1 = Signal(W), Signal(W)
         have = Signal(range(3))                   # raw beats in the window
         need2 = (hd.off != 0) & (~is_last | hd.extra)
         take2 = (hd.off != 0) & is_last & hd.extra
@@ -436,11 +475,15 @@ class PayloadReader(wiring.Component):
                 m.d.sync += w1.eq(rdata.r_data)
         m.d.sync += have.eq(left + raw_pop)
 
-        shifted = Signal(64)
+        shifted = Signal(W)
         m.d.comb += shifted.eq(Cat(w0, w1) >> Cat(Const(0, 3), hd.off))
-        word = inl.r_data.word_select(j[:2], 64)
-        keep = Mux(is_last, hd.keep, 0xFF)
-        mask = Cat(*(keep[i].replicate(8) for i in range(8)))
+        # inline data: 32 bytes in 256 // W beats (W < 256), else one beat with the upper lanes 0
+        if W < 256:
+            word = inl.r_data.word_select(j[:ceil_log2(256 // W)], W)
+        else:
+            word = Cat(inl.r_data, Const(0, W - 256))
+        keep = Mux(is_last, hd.keep, (1 << B) - 1)
+        mask = Cat(*(keep[i].replicate(8) for i in range(B)))
         with m.If(go):
             m.d.sync += [
                 out.valid.eq(1),
