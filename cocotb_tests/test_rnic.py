@@ -81,7 +81,7 @@ async def test_verbs(dut):
     await tb.reset()
     while not tb.sink.empty():
         tb.sink.recv_nowait()
-    model = EngineModel(HostMemory(), max_qps=MAX_QPS)
+    model = EngineModel(HostMemory(), max_qps=MAX_QPS, width=tb.width, max_mtu=tb.max_mtu)
     rtl, ref = Verbs(RtlDevice(tb), config), Verbs(ModelDevice(model), config)
     both = (rtl, ref)
     services = [ServiceType.RC, ServiceType.UC, ServiceType.UD] * 2
@@ -89,7 +89,8 @@ async def test_verbs(dut):
         await v.open()
     for q in range(nqps):
         ctx = b.qp(q, service=services[q], mode=rng.choice(list(LinkMode)),
-                   mtu=rng.choice([PathMtu.MTU_256, PathMtu.MTU_1024]), sgid_index=rng.randrange(3))
+                   mtu=rng.choice([m for m in (PathMtu.MTU_256, PathMtu.MTU_1024) if m.bytes <= tb.max_mtu]),
+                   sgid_index=rng.randrange(3))
         for v in both:
             v.create_cq(q, CQ_RINGS + q * 0x2000, log_size=6)
             v.create_qp(q, ctx)
@@ -234,7 +235,7 @@ async def _bench_efficiency(tb, nqps, size, mtu, messages, latency):
     w = b.build()
     watch = FrameClock(tb.dut)
     model = await tb.run(w, fixed_latency=latency)
-    ideal = sum(-(-len(p.frame()) // 8) for p in model.packets)
+    ideal = sum(-(-len(p.frame()) // (tb.width // 8)) for p in model.packets)
     span = watch.beats[-1] - watch.beats[0] + 1
     # idle clocks from the second frame on: the first frame's wait for its payload is the latency
     later = [t for t in watch.beats if t >= watch.starts[1]] if len(watch.starts) > 1 else []
@@ -341,15 +342,36 @@ async def bench(dut):
 
 # --- pytest side -------------------------------------------------------------------------------------
 
-def build_rnic():
+def build_rnic(width=64, max_mtu=4096):
     from rnic.hdl.rnic import Rnic
+    from rnic.sim.rtl import rtl_key
     from rnic.sim.toolchain import build
-    return build(lambda: Rnic(max_qps=MAX_QPS), "rnic", f"rnic-q{MAX_QPS}")
+    return build(lambda: Rnic(max_qps=MAX_QPS, width=width, max_mtu=max_mtu), "rnic", rtl_key(MAX_QPS, width, max_mtu))
 
 
 def test_rnic():
     from rnic.sim.toolchain import run, seed_from_env
     run(build_rnic(), "test_rnic", seed=seed_from_env(), test_dir=Path(__file__).resolve().parent)
+
+
+_WIDE_TESTS = "test_every_mode_and_opcode,test_random_traffic,test_verbs,test_interrupt_moderation,test_bad_input"
+
+
+def _run_wide(width, max_mtu):
+    from rnic.sim.toolchain import run, seed_from_env
+    run(build_rnic(width, max_mtu), "test_rnic", seed=seed_from_env(), testcase=_WIDE_TESTS,
+        test_dir=Path(__file__).resolve().parent, extra_env={"RNIC_MAX_MTU": str(max_mtu)})
+
+
+def test_rnic_wide():
+    """A 128-bit engine whose largest MTU is 1024 B: QPs asking for more fail as bad contexts."""
+    _run_wide(128, 1024)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("width", [256, 512])
+def test_rnic_widths(width):
+    _run_wide(width, 4096)
 
 
 @pytest.mark.slow

@@ -21,9 +21,9 @@ from .synth import DEVICES
 __all__ = ["SUPPORTED_WIDTHS", "build_parser", "parse_args", "engine_config", "default_name", "build_engine",
            "source_state", "verdict_line", "render_markdown", "main"]
 
-SUPPORTED_WIDTHS = (64,)
+SUPPORTED_WIDTHS = (64, 128, 256, 512)
 DEFAULTS = {"width": 64, "qp_cache_entries": 16, "qp_cache_ways": 4}
-ENGINE_PARAMS = ("max_qps", "window", "payload_queue", "desc_queue")
+ENGINE_PARAMS = ("max_qps", "max_mtu", "window", "payload_queue", "desc_queue")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -42,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--qp-cache-ways", type=int, default=None, metavar="W",
                    help="QP context cache associativity, a power of two <= N (default min(4, N))")
     s.add_argument("--max-qps", type=int, help="QPNs the scheduler holds, a power of two (default: Rnic's)")
+    s.add_argument("--max-mtu", type=int, help="largest path MTU in bytes, 256..4096 (default: Rnic's, 4096)")
     s.add_argument("--window", type=int, help="packets issued ahead of their payload reads (default: Rnic's)")
     s.add_argument("--target-mhz", type=float, default=156.25, metavar="F", help="clock target (default 156.25)")
     s.add_argument("--seed", type=int, default=1, metavar="S", help="nextpnr placement seed (default 1)")
@@ -59,9 +60,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     error = parser.synth.error
     if args.width not in SUPPORTED_WIDTHS:
-        error(f"--width {args.width} is not supported: the Rnic top level has a fixed 64-bit datapath, "
-                     f"supported widths are {', '.join(map(str, SUPPORTED_WIDTHS))} "
-                     f"(128 and 256 are not yet available for the whole engine)")
+        error(f"--width {args.width} is not supported: supported widths are {', '.join(map(str, SUPPORTED_WIDTHS))}")
     if args.qp_cache_ways is None:
         args.qp_cache_ways = min(DEFAULTS["qp_cache_ways"], max(args.qp_cache, 1))
     from ..model.qpc import QpcCacheConfig
@@ -71,6 +70,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         error(f"--qp-cache {args.qp_cache} --qp-cache-ways {args.qp_cache_ways}: {err}")
     if args.max_qps is not None and (args.max_qps < 1 or args.max_qps & (args.max_qps - 1)):
         error(f"--max-qps must be a power of two, not {args.max_qps}")
+    if args.max_mtu is not None and args.max_mtu not in (256, 512, 1024, 2048, 4096):
+        error(f"--max-mtu must be 256, 512, 1024, 2048 or 4096, not {args.max_mtu}")
     if args.window is not None and args.window < 1:
         error(f"--window must be at least 1, not {args.window}")
     if args.target_mhz <= 0:
@@ -95,7 +96,7 @@ def default_name(args: argparse.Namespace) -> str:
     for value, default, tag in ((args.width, DEFAULTS["width"], "w"),
                                 (args.qp_cache, DEFAULTS["qp_cache_entries"], "qpc"),
                                 (args.qp_cache_ways, min(DEFAULTS["qp_cache_ways"], args.qp_cache), "ways"),
-                                (args.max_qps, None, "qps"), (args.window, None, "win")):
+                                (args.max_qps, None, "qps"), (args.max_mtu, None, "mtu"), (args.window, None, "win")):
         if value is not None and value != default:
             name += f"-{tag}{value}"
     return name
@@ -105,7 +106,8 @@ def build_engine(args: argparse.Namespace):
     """``Rnic`` with the given options; the ones not given keep ``Rnic``'s defaults."""
     from ..hdl.rnic import Rnic
     from ..model.qpc import QpcCacheConfig
-    kwargs = {k: getattr(args, k) for k in ("max_qps", "window") if getattr(args, k) is not None}
+    kwargs = {k: getattr(args, k) for k in ("max_qps", "max_mtu", "window") if getattr(args, k) is not None}
+    kwargs["width"] = args.width
     return Rnic(QpcCacheConfig(entries=args.qp_cache, ways=args.qp_cache_ways), **kwargs)
 
 

@@ -81,6 +81,9 @@ class DescriptorEngine(wiring.Component):
         as DB_BAD_QPN, like ``qpn >= QPC_SIZE``).
     window : int
         Packets issued ahead of their commit.
+    max_mtu : int
+        Largest path MTU code (1 = 256 B .. 5 = 4096 B); a context asking for more is bad
+        (LOC_QP_OP_ERR), as in the model.
 
     Members
     -------
@@ -102,12 +105,15 @@ class DescriptorEngine(wiring.Component):
         To the register block.
     """
 
-    def __init__(self, cache_cfg: QpcCacheConfig | None = None, *, max_qps: int = 256, window: int = 16):
+    def __init__(self, cache_cfg: QpcCacheConfig | None = None, *, max_qps: int = 256, window: int = 16,
+                 max_mtu: int = 5):
         self.cache_cfg = cache_cfg = cache_cfg or QpcCacheConfig()
         exact_log2(max_qps)
         if not 2 <= window <= 64:
             raise ValueError(f"window must be 2..64, not {window!r}")
-        self.max_qps, self.window = max_qps, window
+        if max_mtu not in range(1, 6):
+            raise ValueError(f"max_mtu must be a path MTU code 1..5, not {max_mtu!r}")
+        self.max_qps, self.window, self.max_mtu = max_qps, window, max_mtu
         super().__init__({
             "enable": In(1), "qpc_size": In(25), "quota": In(16), "port_lid": In(16),
             "cq_base": In(64), "cq_size": In(25),
@@ -215,7 +221,7 @@ class DescriptorEngine(wiring.Component):
         m.d.comb += self.sgid_index.eq(self_sgid[:4])
 
         validate = Signal(8)
-        ctx_ok = ((ctx.service <= 2) & (ctx.path_mtu >= 1) & (ctx.path_mtu <= 5) & (ctx.link_mode <= 4)
+        ctx_ok = ((ctx.service <= 2) & (ctx.path_mtu >= 1) & (ctx.path_mtu <= self.max_mtu) & (ctx.link_mode <= 4)
                   & (ctx.sgid_index < 16))
         allowed = Mux(ctx.service == ServiceType.RC, (op >= 1) & (op <= 5),
                       Mux(ctx.service == ServiceType.UC, (op >= 1) & (op <= 4), (op >= 1) & (op <= 2)))
@@ -591,17 +597,17 @@ class FrameGate(wiring.Component):
     rd_status : In(stream ``{error}``), group : In(stream ``{start}``)
     status : Out(stream ``{error}``)
         To the engine; never holds more than the engine's window.
-    frame_in : In(PacketStream(64, user 1)), frame_out : Out(PacketStream(64, user 1))
+    frame_in : In(PacketStream(W, user 1)), frame_out : Out(PacketStream(W, user 1))
     """
 
-    def __init__(self, window: int = 16, depth: int = 32):
-        self.window, self.depth = window, depth
+    def __init__(self, window: int = 16, depth: int = 32, *, width: int = 64):
+        self.window, self.depth, self.width = window, depth, width
         super().__init__({
             "rd_status": In(stream.Signature(status_layout)),
             "group": In(stream.Signature(group_layout)),
             "status": Out(stream.Signature(status_layout)),
-            "frame_in": In(PacketStream(64, user_width=1)),
-            "frame_out": Out(PacketStream(64, user_width=1)),
+            "frame_in": In(PacketStream(width, user_width=1)),
+            "frame_out": Out(PacketStream(width, user_width=1)),
         })
 
     def elaborate(self, platform):

@@ -70,7 +70,7 @@ inc_layout = data.StructLayout({
 _INTERNAL_COUNTERS = ("db_count", "irq_count")
 
 # Registers with behaviour beyond plain RW / constant RO storage.
-_SPECIAL = {"CAPS", "STATUS", "INT_STATUS", "ERR_STATUS", "ERR_QPN", "ERR_INFO", "DB_SQ_PI", "CQ_DB_CI",
+_SPECIAL = {"CAPS", "CAPS2", "STATUS", "INT_STATUS", "ERR_STATUS", "ERR_QPN", "ERR_INFO", "DB_SQ_PI", "CQ_DB_CI",
             "QPC_CMD", "QPC_CMD_STATUS", *(n.upper() for n in COUNTER_NAMES)}
 
 # Fail at import, not in silicon, if the model's register map drifts from what this block implements.
@@ -94,9 +94,9 @@ class RegisterBlock(wiring.Component):
 
     Parameters
     ----------
-    caps : int
-        Value of the CAPS register (default: its ``REGISTERS`` reset value; the engine passes
-        ``rnic.model.regs.caps(max_qps)``).
+    caps, caps2 : int
+        Values of the CAPS and CAPS2 registers (default: their ``REGISTERS`` reset values; the
+        engine passes ``rnic.model.regs.caps(max_qps)`` and ``caps2(width, max_mtu)``).
 
     Members
     -------
@@ -138,12 +138,13 @@ class RegisterBlock(wiring.Component):
         ``OR(INT_STATUS & INT_ENABLE)`` from registers (a level), also STATUS bit 1.
     """
 
-    def __init__(self, *, caps=None):
-        if caps is None:
-            caps = REG["CAPS"].reset
-        if not isinstance(caps, int) or not 0 <= caps <= REG["CAPS"].mask:
-            raise ValueError(f"caps must be an integer in 0 .. 0x{REG['CAPS'].mask:X}, not {caps!r}")
-        self.caps = caps
+    def __init__(self, *, caps=None, caps2=None):
+        self.caps = {}
+        for name, v in (("CAPS", caps), ("CAPS2", caps2)):
+            v = REG[name].reset if v is None else v
+            if not isinstance(v, int) or not 0 <= v <= REG[name].mask:
+                raise ValueError(f"{name.lower()} must be an integer in 0 .. 0x{REG[name].mask:X}, not {v!r}")
+            self.caps[name] = v
         width = {name: REG[name].width for name in ("QPC_SIZE", "CQ_SIZE", "SCHED_QUOTA", "AXI_MAX_BURST",
                                                     "AXI_BW_CAP", "PORT_LID")}
         super().__init__({
@@ -190,8 +191,8 @@ class RegisterBlock(wiring.Component):
             if reg.access is Access.RO and reg.name not in _SPECIAL:
                 value[reg.name] = Const(reg.reset, reg.width)
                 continue
-            if reg.name == "CAPS":
-                value[reg.name] = Const(self.caps, reg.width)
+            if reg.name in self.caps:
+                value[reg.name] = Const(self.caps[reg.name], reg.width)
                 continue
             if reg.name in ("STATUS", "QPC_CMD_STATUS"):
                 continue                                  # combinational, below

@@ -1,7 +1,9 @@
 """The whole RNIC transmit engine: registers, descriptor engine, QP context cache, payload DMA,
 packet builder, on one AXI4 master, one AXI4-Lite slave and one AXI4-Stream frame output.
 
-``docs/README.md`` draws the data path. Host AXI is 64 bits wide; the frame stream is 64 bits.
+``docs/README.md`` draws the data path. The host AXI bus and the frame stream are ``width`` bits
+wide; the control masters (QP cache, WQE fetch, completions) move 8-byte beats on it as AXI narrow
+transfers (:class:`rnic.hdl.narrow.NarrowPort`), the payload reader full-width beats.
 """
 
 from amaranth import Module, Signal
@@ -9,12 +11,13 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
-from ..model.qpc import QpcCacheConfig
-from ..model.regs import caps
+from ..model.qpc import PathMtu, QpcCacheConfig
+from ..model.regs import caps, caps2
 from .bus import AXI4LiteSignature, AXI4Signature, AXIStreamSignature, stream_to_axis
 from .descriptor import DescriptorLayout
 from .dma import AxiInterconnect, PayloadReader
 from .engine import DescriptorEngine, FrameGate
+from .narrow import NarrowPort
 from .packet_builder import PacketBuilder
 from .qp_cache import CtrlOp, QpCache
 from .regs import RegisterBlock
@@ -31,6 +34,11 @@ class Rnic(wiring.Component):
     ----------
     cache_cfg : QpcCacheConfig
         QP context cache geometry (default 16 entries, 4-way).
+    width : int
+        Datapath width in bits, 64, 128, 256 or 512: host AXI data and the frame stream.
+    max_mtu : int
+        Largest path MTU in bytes (256 .. 4096). A QP context asking for a larger one is a bad
+        context (LOC_QP_OP_ERR completion); CAPS2 reports both.
     max_qps : int
         QPNs the scheduler holds (a power of two; CAPS[31:24] reports its log2).
     window : int
@@ -38,6 +46,7 @@ class Rnic(wiring.Component):
     payload_queue : int
         Beats of payload the reader may have requested and not yet handed to the packet builder;
         it must exceed the memory latency in clocks for back-to-back packets (1024: 500 clocks).
+        At least one 4 KiB page of beats.
     desc_queue : int
         Packet descriptors queued in front of the packet builder, whose pipeline takes only a few
         while their frames wait for payload; issuing further ahead hides more memory latency.
@@ -46,42 +55,53 @@ class Rnic(wiring.Component):
     -------
     s_axil : In(AXI4LiteSignature(16, 32))
         Registers and doorbells (``docs/engine.md``, "Register map").
-    m_axi : Out(AXI4Signature(64, 64, 6))
+    m_axi : Out(AXI4Signature(64, width, 6))
         Host memory. ID bits [5:4] name the internal master (QP cache, payload, WQE, completion).
-    m_axis : Out(AXIStreamSignature(64, user_width=1))
+    m_axis : Out(AXIStreamSignature(width, user_width=1))
         Frames, first byte in lane 0, ``tuser`` = 1 on the last beat of an aborted frame (a MAC
         drops it). No FCS, no padding to 60 bytes.
     irq : Out(1)
         Level interrupt: ``INT_STATUS & INT_ENABLE`` non-zero.
     """
 
-    def __init__(self, cache_cfg: QpcCacheConfig | None = None, *, max_qps: int = 256, window: int = 32,
-                 payload_queue: int = 1024, desc_queue: int = 16):
+    def __init__(self, cache_cfg: QpcCacheConfig | None = None, *, width: int = 64, max_mtu: int = 4096,
+                 max_qps: int = 256, window: int = 32, payload_queue: int = 1024, desc_queue: int = 16):
+        if width not in (64, 128, 256, 512):
+            raise ValueError(f"width must be 64, 128, 256 or 512, not {width!r}")
+        self.max_mtu_code = PathMtu.of_bytes(max_mtu)
         self.cache_cfg = cache_cfg or QpcCacheConfig()
+        self.width, self.max_mtu = width, max_mtu
         self.max_qps, self.window, self.payload_queue = max_qps, window, payload_queue
         self.desc_queue = desc_queue
         super().__init__({
             "s_axil": In(AXI4LiteSignature(addr_width=16, data_width=32)),
-            "m_axi": Out(AXI4Signature(addr_width=64, data_width=64, id_width=6)),
-            "m_axis": Out(AXIStreamSignature(64, user_width=1)),
+            "m_axi": Out(AXI4Signature(addr_width=64, data_width=width, id_width=6)),
+            "m_axis": Out(AXIStreamSignature(width, user_width=1)),
             "irq": Out(1),
         })
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.regs = regs = RegisterBlock(caps=caps(self.max_qps))
+        W = self.width
+        m.submodules.regs = regs = RegisterBlock(caps=caps(self.max_qps), caps2=caps2(W, self.max_mtu_code))
         m.submodules.cache = cache = QpCache(self.cache_cfg)
-        m.submodules.engine = eng = DescriptorEngine(self.cache_cfg, max_qps=self.max_qps, window=self.window)
-        m.submodules.reader = rd = PayloadReader(fifo_depth=self.payload_queue)
-        m.submodules.builder = pb = PacketBuilder(64)
+        m.submodules.engine = eng = DescriptorEngine(self.cache_cfg, max_qps=self.max_qps, window=self.window,
+                                                     max_mtu=self.max_mtu_code)
+        m.submodules.reader = rd = PayloadReader(max_payload=self.max_mtu, fifo_depth=self.payload_queue,
+                                                 data_width=W)
+        m.submodules.builder = pb = PacketBuilder(W)
         # abort bits wait here from a packet's read result until its frame leaves: the window's
         # uncommitted packets plus as many committed ones as the payload queue holds
-        m.submodules.gate = gate = FrameGate(self.window, depth=2 * self.window)
-        m.submodules.axi = ic = AxiInterconnect(len(_MASTERS))
+        m.submodules.gate = gate = FrameGate(self.window, depth=2 * self.window, width=W)
+        m.submodules.axi = ic = AxiInterconnect(len(_MASTERS), data_width=W)
 
         wiring.connect(m, wiring.flipped(self.s_axil), regs.s_axil)
         wiring.connect(m, ic.m_axi, wiring.flipped(self.m_axi))
-        for i, master in enumerate((cache.m_axi, rd.m_axi, eng.m_axi, eng.m_axi_cq)):
+        for i, (name, master) in enumerate(zip(_MASTERS, (cache.m_axi, rd.m_axi, eng.m_axi, eng.m_axi_cq))):
+            if W > 64 and name != "payload":
+                m.submodules[f"{name}_narrow"] = port = NarrowPort(W)
+                wiring.connect(m, master, port.s_axi)
+                master = port.m_axi
             wiring.connect(m, master, getattr(ic, f"s{i}"))
         m.d.comb += ic.bw_cap.eq(regs.bw_cap)
 

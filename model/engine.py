@@ -27,7 +27,7 @@ from .descriptor import LinkMode, PacketDesc
 from .frames import build_frame, normalize_desc
 from .opcodes import Opcode
 from .qpc import MUTABLE_BYTES, RECORD_BYTES, BusError, PathMtu, QpContext, QpState, ServiceType
-from .regs import COUNTER_NAMES, REG, caps, SGID_BASE, SGID_ENTRIES, SGID_STRIDE, ErrBit, IntBit, RegisterFile
+from .regs import COUNTER_NAMES, REG, caps, caps2, SGID_BASE, SGID_ENTRIES, SGID_STRIDE, ErrBit, IntBit, RegisterFile
 from .wqe import (CQ_RECORD_BYTES, CQE_BYTES, MAX_MESSAGE, WQE_BYTES, Cqe, CqContext, CqeStatus, CqState, Wqe,
                   WqeFlags, WqeOpcode, inline_capacity)
 
@@ -239,15 +239,21 @@ def _valid(enum_cls, value) -> bool:
 class EngineModel:
     """The descriptor engine in Python. Drive it with :meth:`write_reg` / :meth:`read_reg` (or the
     :meth:`doorbell`, :meth:`set_cq_ci` shorthands) and :meth:`run`; read the results from
-    :attr:`packets`, :attr:`cqes`, :attr:`irq_events`, the registers and :attr:`mem`."""
+    :attr:`packets`, :attr:`cqes`, :attr:`irq_events`, the registers and :attr:`mem`.
 
-    def __init__(self, mem: HostMemory, config: EngineConfig | None = None, *, max_qps: int = 1 << 24):
+    ``max_qps``, ``width`` and ``max_mtu`` (bytes) are the RTL's parameters: the scheduler's QPN
+    range, the datapath width (only CAPS2 shows it) and the largest path MTU a context may ask for."""
+
+    def __init__(self, mem: HostMemory, config: EngineConfig | None = None, *, max_qps: int = 1 << 24,
+                 width: int = 64, max_mtu: int = 4096):
         if max_qps < 1 or max_qps & (max_qps - 1) or max_qps > 1 << 24:
             raise ValueError(f"max_qps must be a power of two up to 2**24, not {max_qps!r}")
         self.mem = mem
         self.max_qps = max_qps
+        self.max_mtu = PathMtu.of_bytes(max_mtu)     # a context asking for more is bad
         self.regs = RegisterFile(on_write=self._action)
         self.regs["CAPS"] = caps(max_qps)
+        self.regs["CAPS2"] = caps2(width, self.max_mtu)
         self.packets: list[TxPacket] = []
         self.cqes: list[CqeWrite] = []
         self.irq_events: list[IrqEvent] = []
@@ -530,7 +536,7 @@ class EngineModel:
 
     def _validate(self, ctx, wqe: Wqe) -> CqeStatus:
         if not (_valid(ServiceType, ctx.service) and _valid(PathMtu, ctx.path_mtu) and _valid(LinkMode, ctx.link_mode)
-                and ctx.sgid_index < SGID_ENTRIES):
+                and ctx.sgid_index < SGID_ENTRIES and ctx.path_mtu <= self.max_mtu):
             return CqeStatus.LOC_QP_OP_ERR
         inline = wqe.flags & WqeFlags.INLINE
         if wqe.opcode not in _ALLOWED[ServiceType(ctx.service)] or (inline and wqe.opcode == WqeOpcode.RDMA_READ):

@@ -77,6 +77,14 @@ class PathMtu(enum.IntEnum):
     def bytes(self) -> int:
         return 128 << self.value
 
+    @classmethod
+    def of_bytes(cls, n: int) -> "PathMtu":
+        """The code of an MTU of ``n`` bytes (256, 512, 1024, 2048 or 4096)."""
+        for mtu in cls:
+            if mtu.bytes == n:
+                return mtu
+        raise ValueError(f"an MTU must be 256, 512, 1024, 2048 or 4096 bytes, not {n!r}")
+
 
 class Status(enum.IntEnum):
     """Response / acknowledgement status."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-__all__ = ["Access", "Reg", "caps", "REGISTERS", "REG", "ENGINE_ID", "ENGINE_VERSION", "SGID_ENTRIES", "SGID_BASE",
+__all__ = ["Access", "Reg", "caps", "caps2", "REGISTERS", "REG", "ENGINE_ID", "ENGINE_VERSION", "SGID_ENTRIES", "SGID_BASE",
            "SGID_STRIDE", "COUNTER_NAMES", "ErrBit", "IntBit", "RegisterFile", "markdown_table"]
 
 ENGINE_ID = 0x524E4943          # "RNIC"
@@ -88,6 +88,16 @@ def caps(max_qps: int) -> int:
     return SGID_ENTRIES | 32 << 8 | 12 << 16 | (max_qps.bit_length() - 1) << 24
 
 
+def caps2(width: int = 64, max_mtu: int = 5) -> int:
+    """CAPS2 of an engine with a ``width``-bit datapath (frames and host AXI) whose largest path MTU
+    has the IB code ``max_mtu`` (:class:`rnic.model.qpc.PathMtu`: 1 = 256 B .. 5 = 4096 B)."""
+    if width not in (64, 128, 256, 512):
+        raise ValueError(f"width must be one of 64, 128, 256, 512, not {width!r}")
+    if not 1 <= max_mtu <= 5:
+        raise ValueError(f"max_mtu must be a path MTU code 1..5, not {max_mtu!r}")
+    return ((width // 8).bit_length() - 1) | max_mtu << 4
+
+
 def _regs():
     rw, ro, w1c, wo = Access.RW, Access.RO, Access.W1C, Access.WO
     out = [
@@ -99,6 +109,9 @@ def _regs():
         Reg("SCRATCH", 0x00C, 32, rw, 0, "free for software"),
         Reg("CONTROL", 0x010, 1, rw, 0, "bit 0 ENABLE: the scheduler runs (doorbells are accepted either way)"),
         Reg("STATUS", 0x014, 2, ro, 1, "bit 0 IDLE (nothing scheduled or in flight), bit 1 IRQ (interrupt output)"),
+        Reg("CAPS2", 0x018, 7, ro, caps2(),
+            "log2 of the datapath bytes per beat (frames and host AXI)[3:0], largest path MTU code[6:4] "
+            "(1 = 256 B .. 5 = 4096 B; a QP context asking for more is a bad context)"),
         Reg("QPC_BASE_LO", 0x020, 32, rw, 0, "QP context table base [31:0] (128-byte aligned, bits 6:0 ignored)"),
         Reg("QPC_BASE_HI", 0x024, 32, rw, 0, "QP context table base [63:32]"),
         Reg("QPC_SIZE", 0x028, 25, rw, 0, "number of QP context records (QPNs 0 .. QPC_SIZE-1)"),

@@ -32,7 +32,8 @@ def _report(runs, out: Path | None) -> int:
 
 def _merged(runs):
     from rnic.sim.rtl import RtlRun
-    return RtlRun([f for r in runs for f in r.frames], 0, [], 0, 0, [m for r in runs for m in r.modes], 0, [])
+    return RtlRun([f for r in runs for f in r.frames], 0, [], 0, 0, [m for r in runs for m in r.modes], 0, [],
+                  width=runs[0].width)
 
 
 def _cmd_demo(args) -> int:
@@ -66,7 +67,7 @@ def _cmd_run(args) -> int:
     sc = load_scenario(args.scenario)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    runs = run_workloads([(sc.workload, sc.options)], seed=sc.seed, waves=Path(args.waves) if args.waves else None,
+    runs = run_workloads([(sc.workload, sc.options)], seed=sc.seed, **sc.params, waves=Path(args.waves) if args.waves else None,
                          log=out / "sim.log", status=_status)
     return _report(runs, out)
 
@@ -90,7 +91,8 @@ def _cmd_soak(args) -> int:
                              "pause": rng.choice([0.0, 0.2]), "sink_pause": rng.choice([0.0, 0.3]),
                              "timeout": 2_000_000 if not big else 100_000_000}))
         batch += 1
-        new = run_workloads(work, seed=rng.randrange(1 << 30), log=out / "sim.log" if out else None, status=_status)
+        new = run_workloads(work, seed=rng.randrange(1 << 30), width=args.width, max_mtu=args.max_mtu,
+                            log=out / "sim.log" if out else None, status=_status)
         runs += new
         clocks += sum(r.clocks for r in new)
         frames = sum(len(r.frames) for r in runs)
@@ -121,6 +123,10 @@ def main(argv: list[str] | None = None) -> int:
     soak.add_argument("--cycles", type=int, default=200_000, help="clocks to simulate at least (default 200000)")
     soak.add_argument("--seed", type=int, default=1)
     soak.add_argument("--batch", type=int, default=4, help="workloads per simulator launch (default 4)")
+    soak.add_argument("--width", type=int, default=64, choices=(64, 128, 256, 512),
+                      help="engine datapath width in bits (default 64)")
+    soak.add_argument("--max-mtu", type=int, default=4096, choices=(256, 512, 1024, 2048, 4096),
+                      help="engine's largest path MTU in bytes (default 4096; QPs above it fail as bad contexts)")
     soak.add_argument("--out", metavar="DIR", help="folder for sim.log")
     soak.set_defaults(func=_cmd_soak)
     args = parser.parse_args(argv)

@@ -6,6 +6,7 @@ runs (:mod:`rnic.sim.rtl_job`); import it only inside a cocotb simulation.
 from __future__ import annotations
 
 import logging
+import os
 import random
 from dataclasses import dataclass, field
 
@@ -116,9 +117,14 @@ class HostRam:
 
 
 class TB:
+    """One ``Rnic`` DUT: its datapath width is read off the frame port, its maximum MTU (which the
+    model must share) comes from ``$RNIC_MAX_MTU`` (bytes, default 4096), set by whoever built it."""
+
     def __init__(self, dut, seed: int):
         from cocotbext.axi import AxiLiteBus, AxiLiteMaster, AxiStreamBus, AxiStreamSink
         self.dut = dut
+        self.width = len(dut.m_axis__tdata)
+        self.max_mtu = int(os.environ.get("RNIC_MAX_MTU", "4096"))
         self.reseed(seed)
         cocotb.start_soon(Clock(dut.clk, CLOCK_NS, unit="ns").start())
         for name in ("s_axil", "m_axis"):
@@ -156,7 +162,7 @@ class TB:
         await self.reset()
         while not self.sink.empty():
             self.sink.recv_nowait()
-        model = expected(w)
+        model = expected(w, width=self.width, max_mtu=self.max_mtu)
         for offset, value in w.writes:
             await self.axil.write_dword(offset, value)
         clocks = 0
@@ -181,7 +187,7 @@ class TB:
                 aborted += 1
             else:
                 frames.append(bytes(f.tdata))
-        beats = sum(-(-len(f) // 8) for f in frames)
+        beats = sum(-(-len(f) // (self.width // 8)) for f in frames)
         regs = {name: await self.read_reg(name) for name in CHECKED_REGS if name not in skip_regs}
         self.regs = {name: await self.read_reg(name) for name in CHECKED_REGS}
         mismatches = compare(w, model, frames, self.ram.read, regs)

@@ -18,7 +18,7 @@ from ..model.descriptor import LinkMode
 from ..model.pcap import write_pcap_for_mode
 from ..model.wqe import CqeStatus
 
-__all__ = ["RtlRun", "run_workloads", "write_pcaps", "summary"]
+__all__ = ["RtlRun", "rtl_key", "run_workloads", "write_pcaps", "summary"]
 
 _BUILDS = {}        # one build check per process (converting the design takes seconds)
 
@@ -34,29 +34,36 @@ class RtlRun:
     model_frames: int
     cqe_status: list[int]
     regs: dict = field(default_factory=dict)
+    width: int = 64
 
     @property
     def efficiency(self) -> float:
         return self.beats / self.clocks if self.clocks else 0.0
 
 
-def run_workloads(workloads, *, seed: int = 1, max_qps: int = 256, waves: Path | None = None,
-                  log: Path | None = None, status=print) -> list[RtlRun]:
-    """``workloads``: a list of ``(Workload, options for TB.execute)``. The simulator's output goes
-    to ``log``; ``status(text)`` gets progress lines."""
+def rtl_key(max_qps: int = 256, width: int = 64, max_mtu: int = 4096) -> str:
+    """The build folder name of an ``Rnic`` configuration (the default one is ``rnic-q256``)."""
+    return f"rnic-q{max_qps}" + (f"-w{width}" if width != 64 else "") + (f"-m{max_mtu}" if max_mtu != 4096 else "")
+
+
+def run_workloads(workloads, *, seed: int = 1, max_qps: int = 256, width: int = 64, max_mtu: int = 4096,
+                  waves: Path | None = None, log: Path | None = None, status=print) -> list[RtlRun]:
+    """``workloads``: a list of ``(Workload, options for TB.execute)``, run on an ``Rnic`` with
+    these parameters. The simulator's output goes to ``log``; ``status(text)`` gets progress lines."""
     from ..hdl.rnic import Rnic
     from .toolchain import build, build_root, run
-    key = f"rnic-q{max_qps}"
+    key = rtl_key(max_qps, width, max_mtu)
     b = _BUILDS.get((key, waves is not None))
     if b is None:
         fresh = not (build_root() / (key + ("-waves" if waves else "")) / "rnic").exists()
         status(f"building the RTL with Verilator ({'about a minute, once' if fresh else 'cached'}) ...")
-        b = _BUILDS[key, waves is not None] = build(lambda: Rnic(max_qps=max_qps), "rnic", key,
+        b = _BUILDS[key, waves is not None] = build(lambda: Rnic(max_qps=max_qps, width=width, max_mtu=max_mtu), "rnic", key,
                                                      waves=waves is not None)
     with tempfile.TemporaryDirectory() as tmp:
         job, result, progress = Path(tmp) / "job.pkl", Path(tmp) / "result.pkl", Path(tmp) / "progress"
         job.write_bytes(pickle.dumps({"seed": seed, "workloads": list(workloads)}))
-        env = {"RNIC_JOB": str(job), "RNIC_RESULT": str(result), "RNIC_PROGRESS": str(progress)}
+        env = {"RNIC_JOB": str(job), "RNIC_RESULT": str(result), "RNIC_PROGRESS": str(progress),
+               "RNIC_MAX_MTU": str(max_mtu)}
         box = {}
 
         def simulate():
@@ -115,7 +122,7 @@ def summary(runs: list[RtlRun]) -> str:
     mism = sum(len(r.mismatches) for r in runs)
     lines = [f"{'frames':<22}{frames}", f"{'aborted frames':<22}{sum(r.aborted for r in runs)}",
              f"{'bytes':<22}{nbytes}", f"{'clocks to idle':<22}{clocks}",
-             f"{'efficiency':<22}{beats / clocks if clocks else 0:.3f}  (frame beats / clocks, 64-bit bus)"]
+             f"{'efficiency':<22}{beats / clocks if clocks else 0:.3f}  (frame beats / clocks, {runs[0].width if runs else 64}-bit bus)"]
     for s, n in sorted(status.items()):
         lines.append(f"{'CQEs ' + CqeStatus(s).name:<22}{n}")
     lines.append(f"{'mismatches':<22}{mism}")

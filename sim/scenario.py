@@ -35,7 +35,7 @@ SGIDS = (SgidEntry(gid=0xFFFF_C0A8_0001, mac=0x02_00_00_00_00_01),
          SgidEntry(gid=0x2001_0DB8 << 96 | 0x77, mac=0x02_00_00_00_00_22))
 
 #: Registers compared at idle (besides host memory and frames).
-CHECKED_REGS = ("ERR_STATUS", "ERR_QPN", "ERR_INFO", "INT_STATUS") + tuple(n.upper() for n in COUNTER_NAMES)
+CHECKED_REGS = ("CAPS", "CAPS2", "ERR_STATUS", "ERR_QPN", "ERR_INFO", "INT_STATUS") + tuple(n.upper() for n in COUNTER_NAMES)
 
 _ALLOWED = {ServiceType.RC: (WqeOpcode.SEND, WqeOpcode.SEND_WITH_IMM, WqeOpcode.RDMA_WRITE,
                              WqeOpcode.RDMA_WRITE_WITH_IMM, WqeOpcode.RDMA_READ),
@@ -212,9 +212,9 @@ def every_opcode_workload(rng: random.Random, *, max_qps: int = 1 << 24, mtu=Pat
     return b.build()
 
 
-def expected(w: Workload) -> EngineModel:
-    """The golden model run on a copy of the workload's memory."""
-    model = EngineModel(copy.deepcopy(w.mem), max_qps=w.max_qps)
+def expected(w: Workload, *, width: int = 64, max_mtu: int = 4096) -> EngineModel:
+    """The golden model of an engine with these parameters, run on a copy of the workload's memory."""
+    model = EngineModel(copy.deepcopy(w.mem), max_qps=w.max_qps, width=width, max_mtu=max_mtu)
     for offset, value in w.writes:
         model.write_reg(offset, value)
     return model.run()

@@ -33,8 +33,15 @@ class ScenarioError(ValueError):
 class Scenario:
     """A parsed scenario: the workload plus simulation options."""
 
-    def __init__(self, workload: Workload, seed: int, latency: tuple[int, int], pause: float, sink_pause: float):
+    def __init__(self, workload: Workload, seed: int, latency: tuple[int, int], pause: float, sink_pause: float,
+                 width: int = 64, max_mtu: int = 4096):
         self.workload, self.seed, self.latency, self.pause, self.sink_pause = workload, seed, latency, pause, sink_pause
+        self.width, self.max_mtu = width, max_mtu
+
+    @property
+    def params(self) -> dict:
+        """The ``Rnic`` parameters the scenario asks for (keyword arguments of ``run_workloads``)."""
+        return {"width": self.width, "max_mtu": self.max_mtu}
 
     @property
     def options(self) -> dict:
@@ -79,7 +86,11 @@ def parse(data: dict) -> Scenario:
     seed = _get(data, "seed", "scenario", int, 1)
     rng = random.Random(seed)
     engine = _get(data, "engine", "scenario", dict, {})
-    _no_extra(engine, "engine", {"quota", "max_burst", "int_mod_count", "int_mod_timer"})
+    _no_extra(engine, "engine", {"width", "max_mtu", "quota", "max_burst", "int_mod_count", "int_mod_timer"})
+    width = _get(engine, "width", "engine", int, 64,
+                 check=lambda v: None if v in (64, 128, 256, 512) else f"{v!r} is not one of 64, 128, 256, 512")
+    max_mtu = _get(engine, "max_mtu", "engine", int, 4096,
+                   check=lambda v: None if v in _MTUS else f"{v!r} is not one of {', '.join(map(str, _MTUS))}")
     quota = _get(engine, "quota", "engine", int, 16, check=_range(0, 0xFFFF))
     max_burst = _get(engine, "max_burst", "engine", int, 256, check=_range(1, 256))
     mod_count = _get(engine, "int_mod_count", "engine", int, 1, check=_range(0, 0xFFFF))
@@ -105,7 +116,7 @@ def parse(data: dict) -> Scenario:
                             wqes=_get(r, "wqes", "random", int, 4, check=_range(1, 64)),
                             max_len=_get(r, "max_len", "random", int, 8192, check=_range(1, 1 << 20)),
                             quota=quota or 1, max_qps=MAX_QPS)
-        return Scenario(w, seed, tuple(lat), float(pause), float(sink_pause))
+        return Scenario(w, seed, tuple(lat), float(pause), float(sink_pause), width, max_mtu)
 
     qps = _get(data, "qps", "scenario", list)
     if not qps:
@@ -159,7 +170,7 @@ def parse(data: dict) -> Scenario:
                 b.post(qpn, op, length, flags=flags)
             except AssertionError as err:
                 raise ScenarioError(f"{where}: {err}") from None
-    return Scenario(b.build(), seed, tuple(lat), float(pause), float(sink_pause))
+    return Scenario(b.build(), seed, tuple(lat), float(pause), float(sink_pause), width, max_mtu)
 
 
 def load_scenario(path: str | Path) -> Scenario:

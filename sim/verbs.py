@@ -27,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 
 from ..model.engine import EngineConfig, EngineModel
-from ..model.qpc import RECORD_BYTES, QpContext, ServiceType
+from ..model.qpc import RECORD_BYTES, PathMtu, QpContext, ServiceType
 from ..model.regs import REG
 from ..model.wqe import CQ_RECORD_BYTES, CQE_BYTES, WQE_BYTES, CqContext, Cqe, CqState, Wqe
 
@@ -66,6 +66,7 @@ class Verbs:
 
     def __init__(self, device, config: EngineConfig):
         self.dev, self.config = device, config
+        self.max_mtu = PathMtu.MTU_4096          # until open() reads CAPS2
         self.qps: dict[int, QpContext] = {}
         self.sq_pi: dict[int, int] = {}
         self.cqs: dict[int, CqContext] = {}
@@ -73,7 +74,8 @@ class Verbs:
         self.polled: dict[int, list[Cqe]] = {}
 
     async def open(self) -> None:
-        """Apply the configuration registers (CONTROL.ENABLE last)."""
+        """Read the device's limits (CAPS2) and apply the configuration registers (CONTROL.ENABLE last)."""
+        self.max_mtu = PathMtu(await self.dev.read_reg(REG["CAPS2"].offset) >> 4 & 7)
         for offset, value in self.config.writes():
             await self.dev.write_reg(offset, value)
 
@@ -92,6 +94,7 @@ class Verbs:
         if not 0 <= qpn < self.config.qpc_size:
             raise VerbsError(f"QPN {qpn} is beyond QPC_SIZE {self.config.qpc_size}")
         ctx = dataclasses.replace(ctx, qpn=qpn)
+        self._check_mtu(ctx)
         self.dev.poke(self._qpc(qpn), ctx.pack())
         self.qps[qpn], self.sq_pi[qpn] = ctx, ctx.sq_pi
         return ctx
@@ -99,9 +102,16 @@ class Verbs:
     async def modify_qp(self, qpn: int, **changes) -> QpContext:
         """Change fields of the QP's context (e.g. ``state``, ``dst_mac``, ``hop_limit``)."""
         ctx = dataclasses.replace(await self.query_qp(qpn), **changes)
+        self._check_mtu(ctx)
         self.dev.poke(self._qpc(qpn), ctx.pack())
         self.qps[qpn] = ctx
         return ctx
+
+    def _check_mtu(self, ctx: QpContext) -> None:
+        """As Linux refuses a path MTU above the port's (EINVAL): the engine would fail such a QP."""
+        if ctx.path_mtu > self.max_mtu:
+            raise VerbsError(f"path MTU {PathMtu(ctx.path_mtu).bytes} is above the device's "
+                             f"{self.max_mtu.bytes} (CAPS2)")
 
     async def query_qp(self, qpn: int) -> QpContext:
         """The QP's context as the engine holds it (after quiescing and INVALIDATE)."""

@@ -37,6 +37,8 @@ def _cli(*args, timeout=900):
     ({"qps": [{}], "colour": 1}, "scenario: unknown field colour"),
     ({"qps": [{}], "memory": {"latency": [9, 3]}}, "memory.latency: expected clocks or [min, max]"),
     ({"random": {"qps": 4}, "qps": [{}]}, "scenario: give either random or qps/work, not both"),
+    ({"qps": [{}], "engine": {"width": 96}}, "engine.width: 96 is not one of 64, 128, 256, 512"),
+    ({"qps": [{}], "engine": {"max_mtu": 1500}}, "engine.max_mtu: 1500 is not one of 256, 512, 1024, 2048, 4096"),
 ])
 def test_scenario_errors_name_the_field(data, message):
     with pytest.raises(ScenarioError) as err:
@@ -69,6 +71,21 @@ def test_run_example_on_the_rtl(tmp_path):
     _, roce = read_pcap(tmp_path / "rocev2-ipv4.pcap")
     _, ib = read_pcap(tmp_path / "ib-global.pcap")
     assert len(roce) == 2 * 5 + 1 and len(ib) == 4      # 5000 B at MTU 1024 twice + one empty SEND
+
+
+def test_run_wide_example_on_the_rtl(tmp_path):
+    """engine.width / engine.max_mtu reach the RTL (the build test_rnic_wide also uses): 128-bit frames,
+    and the QP asking for a 4096-byte MTU fails exactly as the model says."""
+    sc = load_scenario(ROOT / "examples" / "wide.toml")
+    assert sc.params == {"width": 128, "max_mtu": 1024}
+    proc = _cli("run", ROOT / "examples" / "wide.toml", "--out", tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "mismatches            0" in proc.stdout
+    assert "LOC_QP_OP_ERR" in proc.stdout
+    _, v6 = read_pcap(tmp_path / "rocev2-ipv6.pcap")
+    _, ib = read_pcap(tmp_path / "ib-local.pcap")
+    assert len(v6) == 2 * 3 and len(ib) == 2 * 3 + 1    # 3000 B at MTU 1024 twice; 700 B at 256 twice + inline
+    assert not (tmp_path / "rocev2-ipv4.pcap").exists()
 
 
 def test_short_soak(tmp_path):

@@ -60,11 +60,15 @@ def test_defaults_and_config():
 
 
 def test_engine_options_reach_rnic():
-    args = cli.parse_args(_args("--qp-cache", "64", "--max-qps", "64", "--window", "8"))
+    args = cli.parse_args(_args("--qp-cache", "64", "--max-qps", "64", "--window", "8", "--width", "256",
+                                "--max-mtu", "1024"))
     engine = cli.build_engine(args)
     assert (engine.cache_cfg.entries, engine.cache_cfg.ways, engine.max_qps, engine.window) == (64, 4, 64, 8)
+    assert (engine.width, engine.max_mtu) == (256, 1024)
     cfg = cli.engine_config(args, engine)
     assert cfg["qp_cache_entries"] == 64 and cfg["max_qps"] == 64 and cfg["window"] == 8
+    assert cfg["width"] == 256 and cfg["max_mtu"] == 1024
+    assert cli.default_name(args) == "rnic-w256-qpc64-qps64-mtu1024-win8"
 
 
 @pytest.mark.parametrize("extra, name, ways", [
@@ -80,9 +84,9 @@ def test_qp_cache_and_name(extra, name, ways):
 
 
 @pytest.mark.parametrize("extra, message", [
-    (["--width", "128"], "--width 128 is not supported"),
-    (["--width", "256"], "supported widths are 64"),
-    (["--width", "32"], "128 and 256 are not yet available for the whole engine"),
+    (["--width", "96"], "--width 96 is not supported"),
+    (["--width", "32"], "supported widths are 64, 128, 256, 512"),
+    (["--max-mtu", "1500"], "--max-mtu must be 256, 512, 1024, 2048 or 4096, not 1500"),
     (["--qp-cache", "12"], "entries must be a power of two, not 12"),
     (["--qp-cache", "4", "--qp-cache-ways", "8"], "ways must be a power of two no larger than entries"),
     (["--max-qps", "100"], "--max-qps must be a power of two, not 100"),
@@ -108,9 +112,9 @@ def test_every_cli_device_is_known():
 
 
 def test_module_entry_point():
-    r = subprocess.run([sys.executable, "-m", "rnic.fpga", "synth", "--device", "ecp5-25f", "--width", "128",
+    r = subprocess.run([sys.executable, "-m", "rnic.fpga", "synth", "--device", "ecp5-25f", "--width", "1024",
                         "--json", "x.json"], capture_output=True, text=True, cwd=ROOT, timeout=120)
-    assert r.returncode == 2 and "supported widths are 64" in r.stderr
+    assert r.returncode == 2 and "supported widths are 64, 128, 256, 512" in r.stderr
     assert not (ROOT / "x.json").exists()
 
 

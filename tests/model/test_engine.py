@@ -36,11 +36,11 @@ def seed():
 class Bench:
     """A model plus a driver with QPC table, CQ table, one CQ per QP (CQN = QPN) and payload buffers."""
 
-    def __init__(self, nqps=4, quota=16, cq_log=10, **kw):
+    def __init__(self, nqps=4, quota=16, cq_log=10, max_mtu=4096, width=64, **kw):
         self.mem = HostMemory()
         self.cfg = EngineConfig(qpc_base=QPC_BASE, qpc_size=nqps, cq_base=CQ_BASE, cq_size=nqps, quota=quota,
                                 port_lid=0x77, sgids=SGIDS, **kw)
-        self.model = EngineModel(self.mem, self.cfg)
+        self.model = EngineModel(self.mem, self.cfg, width=width, max_mtu=max_mtu)
         self.drv = Driver(self.mem, self.cfg, self.model)
         for cqn in range(nqps):
             self.drv.create_cq(cqn, CQ_RING + cqn * 0x10000, cq_log)
@@ -466,6 +466,35 @@ def test_bad_input(kind):
         assert b.drv.cq(0).state == CqState.ERROR
     if kind == "cq_full":
         assert len(b.of(0)) == 4 and b.drv.cq(0).pi == 4 and m.reg("CQE_DROPS") == 2
+
+
+@pytest.mark.parametrize("max_mtu, width", [(256, 64), (1024, 128), (4096, 512)])
+def test_max_mtu_parameter(max_mtu, width):
+    """A context asking for a path MTU above the engine's maximum is bad (LOC_QP_OP_ERR, the QP goes to
+    ERROR); MTUs up to the maximum segment as usual. CAPS2 reports the width and the maximum."""
+    b = Bench(nqps=len(PathMtu), max_mtu=max_mtu, width=width)
+    assert b.model.reg("CAPS2") == {64: 3, 128: 4, 256: 5, 512: 6}[width] | PathMtu.of_bytes(max_mtu) << 4
+    for q, mtu in enumerate(PathMtu):
+        b.qp(q, mtu=mtu)
+        b.post(q, WqeOpcode.SEND, 5000)
+        b.ring(q)
+    b.run()
+    for q, mtu in enumerate(PathMtu):
+        if mtu.bytes <= max_mtu:
+            assert [c.status for c in b.cqes(q)] == [CqeStatus.SUCCESS]
+            assert [len(p.payload) for p in b.of(q)][0] == mtu.bytes and len(b.of(q)) == -(-5000 // mtu.bytes)
+        else:
+            assert [c.status for c in b.cqes(q)] == [CqeStatus.LOC_QP_OP_ERR] and b.of(q) == []
+            assert b.drv.qp(q).state == QpState.ERROR
+
+
+def test_path_mtu_of_bytes():
+    assert [PathMtu.of_bytes(n) for n in (256, 4096)] == [PathMtu.MTU_256, PathMtu.MTU_4096]
+    for bad in (128, 1500, 8192):
+        with pytest.raises(ValueError):
+            PathMtu.of_bytes(bad)
+    with pytest.raises(ValueError):
+        EngineModel(HostMemory(), max_mtu=1500)
 
 
 def test_flush_after_error_and_doorbell_on_error_qp():
