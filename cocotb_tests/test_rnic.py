@@ -219,33 +219,88 @@ async def test_many_qps(dut):
     await tb.run(w, latency=(1, 500 if slow else 100), pause=0.2, sink_pause=0.3, timeout=50_000_000)
 
 
-# --- benchmark (RNIC_BENCH=<json path>; python -m rnic.sim.bench_engine) ------------------------------
+# --- benchmark (RNIC_BENCH=<json path>; python -m rnic.sim bench, python -m rnic.sim.bench_engine) -----
+# RNIC_BENCH_PLAN: a JSON list of measurements ({"part": ..., arguments of its _bench_* helper}); without
+# it, the default measurements of the parts in RNIC_BENCH_PARTS. RNIC_BENCH_PROGRESS: a file that gets
+# one JSON line per finished measurement.
 
-async def _bench_efficiency(tb, nqps, size, mtu, messages, latency):
-    """Unsignaled SENDs of ``size`` bytes, round robin over ``nqps`` QPs; sink always ready.
-    Efficiency = ideal beats / clocks from the first beat to the last (both included). A frame's
-    header can leave before its payload has arrived, so the first frame holds one memory latency;
-    ``idle_after_first_frame`` counts the idle clocks from the second frame's first beat on."""
-    b = WorkloadBuilder(nqps, rng=tb.rng, quota=16, max_qps=MAX_QPS)
-    for q in range(nqps):
+def _mtu(nbytes: int) -> PathMtu:
+    return next(m for m in PathMtu if m.bytes == nbytes)
+
+
+def _beat_bytes(tb) -> int:
+    return len(tb.dut.m_axis__tdata) // 8
+
+
+def _qpc_counters(tb) -> dict:
+    """The QP context cache's own counters (lookups, hits, misses, ...: not in the register map), read
+    through the simulator's hierarchy; empty if the simulator does not expose them."""
+    from rnic.model.qpc import COUNTER_NAMES, COUNTER_WIDTH
+    try:
+        value = int(tb.dut.cache.counters.value)
+    except (AttributeError, ValueError):
+        return {}
+    mask = (1 << COUNTER_WIDTH) - 1
+    return {name: value >> (COUNTER_WIDTH * i) & mask for i, name in enumerate(COUNTER_NAMES)}
+
+
+async def _sends(tb, qps, size, mtu, messages, mem_latency, quota):
+    """Unsignaled RoCEv2 SENDs of ``size`` bytes posted round robin over ``qps`` QPs, every doorbell
+    before ENABLE, host memory answering ``mem_latency`` clocks after each AR, sink always ready.
+    Returns the frame sizes in wire order and the :class:`FrameClock`."""
+    b = WorkloadBuilder(qps, rng=tb.rng, quota=quota, max_qps=MAX_QPS)
+    for q in range(qps):
         b.cq(q)
-        b.qp(q, mtu=mtu, mode=LinkMode.ROCEV2_IPV4, sgid_index=0)
+        b.qp(q, mtu=_mtu(mtu), mode=LinkMode.ROCEV2_IPV4, sgid_index=0)
     for k in range(messages):
-        b.post(k % nqps, WqeOpcode.SEND, size, flags=WqeFlags(0))
-    w = b.build()
+        b.post(k % qps, WqeOpcode.SEND, size, flags=WqeFlags(0))
     watch = FrameClock(tb.dut)
-    model = await tb.run(w, fixed_latency=latency)
-    ideal = sum(-(-len(p.frame()) // (tb.width // 8)) for p in model.packets)
-    span = watch.beats[-1] - watch.beats[0] + 1
-    # idle clocks from the second frame on: the first frame's wait for its payload is the latency
+    model = await tb.run(b.build(), fixed_latency=mem_latency)
+    return [len(p.frame()) for p in model.packets], watch
+
+
+def _span(tb, sizes, watch, first=0):
+    """Wire bytes and ideal beats of frames ``first``.., and the clocks from frame ``first``'s first
+    beat to the last beat (both included)."""
+    beat = _beat_bytes(tb)
+    clocks = watch.beats[-1] - watch.starts[first] + 1
+    return sum(sizes[first:]), sum(-(-n // beat) for n in sizes[first:]), clocks
+
+
+async def _bench_efficiency(tb, qps, size, mtu, messages, mem_latency, quota=16):
+    """Unsignaled SENDs of ``size`` bytes, round robin over ``qps`` QPs; sink always ready.
+    Efficiency = ideal beats (ceil(frame bytes / bytes per beat)) / clocks from the first beat to the
+    last. A frame's header can leave before its payload has arrived, so the first frame holds one
+    memory latency; ``idle_after_first_frame`` counts the idle clocks from the second frame's first
+    beat on."""
+    sizes, watch = await _sends(tb, qps, size, mtu, messages, mem_latency, quota)
+    wire, ideal, span = _span(tb, sizes, watch)
     later = [t for t in watch.beats if t >= watch.starts[1]] if len(watch.starts) > 1 else []
     idle_later = later[-1] - later[0] + 1 - len(later) if later else 0
-    return {"qps": nqps, "size": size, "mtu": mtu.bytes, "messages": messages, "mem_latency": latency,
-            "frames": len(model.packets), "ideal_beats": ideal, "clocks": span, "efficiency": round(ideal / span, 4),
+    return {"qps": qps, "size": size, "mtu": mtu, "quota": quota, "messages": messages, "mem_latency": mem_latency,
+            "frames": len(sizes), "wire_bytes": wire, "ideal_beats": ideal, "clocks": span,
+            "efficiency": round(ideal / span, 4), "bytes_per_clock": round(wire / span, 3),
             "idle_after_first_frame": idle_later}
 
 
-async def _bench_latency(tb, latency):
+async def _bench_rate(tb, qps, messages, mem_latency, quota=1, size=64, mtu=4096):
+    """Message rate: ``messages`` SENDs of ``size`` bytes round robin over ``qps`` QPs, ``quota``
+    packets per scheduler turn (1: every message is a turn with its own QP context lookup). The
+    first round (one message per QP, the cache's cold misses) is warm-up: rate and efficiency count
+    from the first beat of the second round to the last beat. ``qpc_*``: the cache's counters over
+    the whole run."""
+    sizes, watch = await _sends(tb, qps, size, mtu, messages, mem_latency, quota)
+    warmup = qps if len(sizes) > qps else 0
+    wire, ideal, span = _span(tb, sizes, watch, warmup)
+    counters = _qpc_counters(tb)
+    return {"qps": qps, "size": size, "mtu": mtu, "quota": quota, "messages": messages, "mem_latency": mem_latency,
+            "warmup_frames": warmup, "frames": len(sizes) - warmup, "wire_bytes": wire, "ideal_beats": ideal,
+            "clocks": span, "msgs_per_kclk": round(1000 * (len(sizes) - warmup) / span, 2),
+            "efficiency": round(ideal / span, 4), "bytes_per_clock": round(wire / span, 3),
+            **{f"qpc_{k}": counters.get(k) for k in ("lookups", "hits", "misses")}}
+
+
+async def _bench_latency(tb, mem_latency):
     """Doorbell (the DB_SQ_PI write's W handshake) to the first frame beat, for a QP whose context is
     not cached (first doorbell after reset) and for the same QP again (cached)."""
     dut = tb.dut
@@ -255,13 +310,13 @@ async def _bench_latency(tb, latency):
     b.post(0, WqeOpcode.SEND, 64, flags=WqeFlags(0))
     b.post(0, WqeOpcode.SEND, 64, flags=WqeFlags(0))
     w = b.build(doorbells=[])
-    tb.ram.load(w.mem, fixed_latency=latency)
+    tb.ram.load(w.mem, fixed_latency=mem_latency)
     tb.backpressure(0)
     await tb.reset()
     for offset, value in w.writes:                     # configuration, ENABLE = 1
         await tb.axil.write_dword(offset, value)
     watch = FrameClock(dut)
-    out = {}
+    out = {"mem_latency": mem_latency}
     for name, pi in (("miss", 1), ("hit", 2)):
         await tb.axil.write_dword(REG["DB_QPN"].offset, 0)
         t0 = clock_now()
@@ -274,75 +329,106 @@ async def _bench_latency(tb, latency):
     return out
 
 
-async def _bench_fairness(tb, nqps, quota, latency, long_len=65536, short_len=1024, shorts=64):
+async def _bench_fairness(tb, qps, quota, mem_latency, long_len=65536, short_len=1024, shorts=64):
     """QP 0 posts one ``long_len`` SEND, QPs 1.. post ``shorts`` SENDs of ``short_len`` each, all
     before ENABLE; MTU 1024, sink always ready. Over the span in which every QP still has work
     (first frame to the frame that finishes the first QP to run dry): the largest lead in packets of
     one QP over another at any point (round robin bounds it by the quota), Jain's index over the
     QPs' wire bytes up to the last round boundary in the span (1 = equal shares), and the longest
     run of other QPs' packets between two packets of one QP (bounded by (QPs - 1) x quota)."""
-    b = WorkloadBuilder(nqps, rng=tb.rng, quota=quota, max_qps=MAX_QPS)
-    for q in range(nqps):
+    b = WorkloadBuilder(qps, rng=tb.rng, quota=quota, max_qps=MAX_QPS)
+    for q in range(qps):
         b.cq(q)
         b.qp(q, mtu=PathMtu.MTU_1024, mode=LinkMode.ROCEV2_IPV4, sgid_index=0)
     b.post(0, WqeOpcode.SEND, long_len, flags=WqeFlags(0))
     for k in range(shorts):
-        for q in range(1, nqps):
+        for q in range(1, qps):
             b.post(q, WqeOpcode.SEND, short_len, flags=WqeFlags(0))
     w = b.build()
     watch = FrameClock(tb.dut)
-    model = await tb.run(w, fixed_latency=latency)
+    model = await tb.run(w, fixed_latency=mem_latency)
     order = [p.qpn for p in model.packets]             # the RTL's frame order is the model's (checked)
     last_of = {q: max(i for i, x in enumerate(order) if x == q) for q in set(order)}
     span = order[:min(last_of.values()) + 1]           # every QP has work until the first runs dry
-    counts, lead, rounds = [0] * nqps, 0, 0
+    counts, lead, rounds = [0] * qps, 0, 0
     for i, q in enumerate(span):
         counts[q] += 1
         lead = max(lead, max(counts) - min(counts))
         if len(set(counts)) == 1:
             rounds = i + 1                              # a round boundary: every QP has sent as many
     shares = [sum(len(model.packets[i].frame()) for i, x in enumerate(span[:rounds]) if x == q)
-              for q in range(nqps)]
-    jain = sum(shares) ** 2 / (nqps * sum(x * x for x in shares)) if rounds else 0.0
+              for q in range(qps)]
+    jain = sum(shares) ** 2 / (qps * sum(x * x for x in shares)) if rounds else 0.0
     worst = 0
-    for q in range(nqps):
+    for q in range(qps):
         idx = [i for i, x in enumerate(span) if x == q]
         worst = max([worst] + [b2 - a - 1 for a, b2 in zip(idx, idx[1:])])
-    return {"qps": nqps, "quota": quota, "mem_latency": latency, "long_len": long_len, "short_len": short_len,
+    return {"qps": qps, "quota": quota, "mtu": 1024, "mem_latency": mem_latency, "long_len": long_len,
+            "short_len": short_len, "shorts": shorts,
             "frames_in_span": len(span), "clocks_in_span": watch.ends[len(span) - 1] - watch.starts[0] + 1,
             "jain": round(jain, 4), "frames_in_rounds": rounds, "max_lead_packets": lead,
             "max_wait_packets": worst,
-            "bound_wait_packets": (nqps - 1) * quota}
+            "bound_wait_packets": (qps - 1) * quota}
+
+
+_BENCH_PARTS = {"latency": _bench_latency, "efficiency": _bench_efficiency, "message": _bench_efficiency,
+                "rate": _bench_rate, "fairness": _bench_fairness}
+
+
+def _default_plan(parts):
+    """The measurements of ``python -m rnic.sim.bench_engine`` for ``parts``."""
+    plan = []
+    if "latency" in parts:
+        plan += [{"part": "latency", "mem_latency": lat} for lat in (1, 50, 500)]
+    if "efficiency" in parts:
+        plan += [{"part": "efficiency", "qps": qps, "size": size, "mtu": mtu, "messages": messages, "mem_latency": lat}
+                 for lat in (1, 50, 500) for qps in (1, 16)
+                 for size, mtu, messages in ((64, 1024, 64), (4096, 4096, 16), (4096, 1024, 16))]
+    if "message" in parts:
+        plan += [{"part": "message", "qps": 1, "size": 65536, "mtu": mtu, "messages": 1, "mem_latency": lat}
+                 for lat in (1, 50, 500) for mtu in (256, 1024, 4096)]
+    if "fairness" in parts:
+        plan += [{"part": "fairness", "qps": qps, "quota": quota, "mem_latency": 50, "shorts": 64 if qps == 4 else 8}
+                 for qps, quota in ((4, 1), (4, 4), (4, 16), (16, 4))]
+    return plan
 
 
 @cocotb.test(skip=not BENCH)
 async def bench(dut):
+    """Runs the measurements of RNIC_BENCH_PLAN (or RNIC_BENCH_PARTS) in order and writes the results,
+    each with the clocks it simulated and its wall time, to RNIC_BENCH. On a failure (the RTL differs
+    from the model, a timeout) the results so far and the error are written before it is raised."""
+    import time
     tb = TB(dut, _seed())
-    parts = os.environ.get("RNIC_BENCH_PARTS", "latency,efficiency,message,fairness").split(",")
-    results = {p: [] for p in parts}
-    if "latency" in parts:
-        for latency in (1, 50, 500):
-            r = await _bench_latency(tb, latency)
-            r["mem_latency"] = latency
-            results["latency"].append(r)
-    if "efficiency" in parts:
-        for latency in (1, 50, 500):
-            for nqps in (1, 16):
-                for size, mtu, messages in ((64, PathMtu.MTU_1024, 64), (4096, PathMtu.MTU_4096, 16),
-                                            (4096, PathMtu.MTU_1024, 16)):
-                    results["efficiency"].append(await _bench_efficiency(tb, nqps, size, mtu, messages, latency))
-    if "message" in parts:
-        for latency in (1, 50, 500):
-            for mtu in (PathMtu.MTU_256, PathMtu.MTU_1024, PathMtu.MTU_4096):
-                results["message"].append(await _bench_efficiency(tb, 1, 65536, mtu, 1, latency))
-    if "fairness" in parts:
-        for nqps, quota in ((4, 1), (4, 4), (4, 16), (16, 4)):
-            results["fairness"].append(await _bench_fairness(tb, nqps, quota, 50, shorts=64 if nqps == 4 else 8))
-    Path(BENCH).write_text(json.dumps(results, indent=1))
+    if os.environ.get("RNIC_BENCH_PLAN"):
+        plan = json.loads(Path(os.environ["RNIC_BENCH_PLAN"]).read_text())
+    else:
+        plan = _default_plan(os.environ.get("RNIC_BENCH_PARTS", "latency,efficiency,message,fairness").split(","))
+    progress = os.environ.get("RNIC_BENCH_PROGRESS")
+    results = {"width": len(dut.m_axis__tdata)} | {x["part"]: [] for x in plan}
+    try:
+        for x in plan:
+            args = {k: v for k, v in x.items() if k != "part"}
+            t0, c0 = time.perf_counter(), clock_now()
+            try:
+                r = await _BENCH_PARTS[x["part"]](tb, **args)
+            except Exception as err:
+                message = str(err).split("\nassert ", 1)[0]     # without the rewritten assert's dump
+                results["error"] = {"kind": type(err).__name__, "item": x, "message": message}
+                raise
+            r |= {"sim_clocks": clock_now() - c0, "wall_s": round(time.perf_counter() - t0, 3)}
+            results[x["part"]].append(r)
+            if progress:
+                with open(progress, "a") as f:
+                    f.write(json.dumps({"part": x["part"], **r}) + "\n")
+    finally:
+        results["total_clocks"] = clock_now()
+        Path(BENCH).write_text(json.dumps(results, indent=1))
 
 # --- pytest side -------------------------------------------------------------------------------------
 
-def build_rnic(width=64, max_mtu=4096):
+def build_rnic(width: int = 64, max_mtu: int = 4096):
+    """The engine on Verilator (cached build, one per configuration)."""
     from rnic.hdl.rnic import Rnic
     from rnic.sim.rtl import rtl_key
     from rnic.sim.toolchain import build

@@ -8,8 +8,8 @@ read burst a fixed number of clocks after its AR (bursts overlap); the frame sin
 
 * latency: clocks from the DB_SQ_PI write (W handshake) to the first frame beat, for a 64-byte
   SEND on a QP whose context is not cached (miss) and then cached (hit);
-* efficiency: ideal beats (sum of ceil(frame bytes / 8)) / clocks from the first to the last frame
-  beat, for unsignaled SENDs of 64 B and 4 KiB over 1 and 16 QPs, and inside one 64 KiB message
+* efficiency: ideal beats (sum of ceil(frame bytes / bytes per beat)) / clocks from the first to
+  the last frame beat, for unsignaled SENDs of 64 B and 4 KiB over 1 and 16 QPs, and inside one 64 KiB message
   (payload reads issued ahead must hide the memory latency between its packets);
 * fairness: one QP with a 64 KiB message against QPs with many 1 KiB messages (MTU 1024, memory
   latency 50), while every QP has work: the largest lead in packets of one QP over another (round
@@ -23,9 +23,11 @@ import argparse
 import json
 import sys
 import tempfile
+import threading
+import time
 from pathlib import Path
 
-__all__ = ["measure", "markdown", "main"]
+__all__ = ["PARTS", "ModelMismatch", "measure", "markdown", "main"]
 
 _TESTS = Path(__file__).resolve().parents[1] / "cocotb_tests"
 
@@ -33,19 +35,71 @@ _TESTS = Path(__file__).resolve().parents[1] / "cocotb_tests"
 PARTS = ("latency", "efficiency", "message", "fairness")
 
 
-def measure(seed: int = 1, parts=PARTS) -> dict:
+class ModelMismatch(RuntimeError):
+    """The RTL produced something other than the golden model during a benchmark."""
+
+
+def measure(seed: int = 1, parts=PARTS, *, width: int = 64, plan: list[dict] | None = None,
+            log: Path | None = None, progress=None) -> dict:
+    """Run the ``bench`` cocotb test in one simulator launch and return its results by part.
+
+    ``plan``: the measurements (dicts with ``part`` and the arguments of its ``_bench_*`` helper in
+    ``cocotb_tests/test_rnic.py``); without it, the default measurements of ``parts``. ``log``
+    receives the simulator's output (default: stdout). ``progress(row)`` is called with each
+    measurement's result (``part`` included) as it finishes. The result also holds ``build_s`` (the
+    Verilator build or its cache check) and ``launch_s`` (the simulator launch), in wall seconds.
+    Raises :class:`ModelMismatch` if the RTL differs from the model, RuntimeError on other failures.
+    """
     if str(_TESTS) not in sys.path:
         sys.path.insert(0, str(_TESTS))
     import test_rnic
     from rnic.sim.toolchain import run
+    t0 = time.perf_counter()
+    b = test_rnic.build_rnic(width=width)
+    build_s = time.perf_counter() - t0
     with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "bench.json"
-        tests, fails = run(test_rnic.build_rnic(), "test_rnic", seed=seed, testcase="bench",
-                           extra_env={"RNIC_BENCH": str(out), "RNIC_BENCH_PARTS": ",".join(parts)},
-                           test_dir=_TESTS)
-        if fails or not out.exists():
-            raise RuntimeError(f"benchmark simulation failed ({fails} of {tests})")
-        return json.loads(out.read_text())
+        out, lines, job = Path(tmp) / "bench.json", Path(tmp) / "progress.jsonl", Path(tmp) / "plan.json"
+        env = {"RNIC_BENCH": str(out), "RNIC_BENCH_PARTS": ",".join(parts), "RNIC_BENCH_PROGRESS": str(lines)}
+        if plan is not None:
+            job.write_text(json.dumps(plan))
+            env["RNIC_BENCH_PLAN"] = str(job)
+        box, seen = {}, 0
+
+        def simulate():
+            try:
+                box["counts"] = run(b, "test_rnic", seed=seed, testcase="bench", extra_env=env, test_dir=_TESTS,
+                                    log_file=log, quiet=log is not None)
+            except BaseException as err:          # reported below
+                box["error"] = err
+
+        def report():
+            nonlocal seen
+            if progress is not None and lines.exists():
+                done = lines.read_text().splitlines()
+                for line in done[seen:]:
+                    progress(json.loads(line))
+                seen = len(done)
+
+        t0 = time.perf_counter()
+        worker = threading.Thread(target=simulate)
+        worker.start()
+        while worker.is_alive():
+            worker.join(0.5)
+            report()
+        report()
+        launch_s = time.perf_counter() - t0
+        tests, fails = box.get("counts", (1, 1))
+        r = json.loads(out.read_text()) if out.exists() else {}
+    if "error" in r:
+        e = r["error"]
+        where = f"{e['item']['part']} {json.dumps({k: v for k, v in e['item'].items() if k != 'part'})}"
+        if e["kind"] == "AssertionError":
+            raise ModelMismatch(f"{where}: {e['message']}")
+        raise RuntimeError(f"benchmark {where} failed: {e['kind']}: {e['message']}")
+    if "error" in box or fails or not r:
+        where = f"; simulator log: {log}" if log else ""
+        raise RuntimeError(f"benchmark simulation failed ({box.get('error', f'{fails} of {tests} tests')}{where})")
+    return r | {"build_s": round(build_s, 2), "launch_s": round(launch_s, 2)}
 
 
 def markdown(r: dict) -> str:

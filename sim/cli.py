@@ -1,4 +1,4 @@
-"""Command line of ``python -m rnic.sim``: ``demo``, ``run``, ``soak``."""
+"""Command line of ``python -m rnic.sim``: ``demo``, ``run``, ``soak``, ``bench``."""
 
 from __future__ import annotations
 
@@ -104,6 +104,27 @@ def _cmd_soak(args) -> int:
     return _report(runs, None)
 
 
+def _cmd_bench(args) -> int:
+    from rnic.sim.bench import PARTS, WIDTHS, run_bench, text_tables
+    from rnic.sim.bench_engine import ModelMismatch
+    widths = [int(w) for w in args.widths.split(",")] if args.widths.replace(",", "").isdigit() else None
+    if not widths or any(w not in WIDTHS for w in widths):
+        raise ValueError(f"--widths: {args.widths!r}; give a comma-separated list of {', '.join(map(str, WIDTHS))}")
+    parts = args.parts.split(",")
+    bad = [p for p in parts if p not in PARTS]
+    if bad:
+        raise ValueError(f"--parts: unknown {', '.join(bad)}; choose from {', '.join(PARTS)}")
+    out = Path(args.out)
+    try:
+        results = run_bench(out, widths=widths, quick=args.quick, seed=args.seed, parts=parts, status=_status)
+    except ModelMismatch as err:
+        print(f"RTL and model differ: {err}", file=sys.stderr)
+        return 2
+    print(text_tables(results))
+    print(f"written to {out}: report.md, results.json, the CSVs and (with matplotlib) the PNGs")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m rnic.sim", description="rnic simulation tools")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -129,6 +150,15 @@ def main(argv: list[str] | None = None) -> int:
                       help="engine's largest path MTU in bytes (default 4096; QPs above it fail as bad contexts)")
     soak.add_argument("--out", metavar="DIR", help="folder for sim.log")
     soak.set_defaults(func=_cmd_soak)
+    bench = sub.add_parser("bench", help="efficiency, message rate, latency, fairness and simulation speed; "
+                                         "CSV, report.md and PNG plots")
+    bench.add_argument("--out", required=True, metavar="DIR", help="folder for the CSVs, report.md, results.json, PNGs")
+    bench.add_argument("--widths", default="64", help="datapath widths in bits, comma-separated (default 64)")
+    bench.add_argument("--quick", action="store_true", help="fewer sizes, messages and QPs (CI: about 30 s per width once built)")
+    bench.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
+    bench.add_argument("--parts", default="efficiency,rate,latency,fairness",
+                       help="comma-separated figures to measure (default all; speed is always reported)")
+    bench.set_defaults(func=_cmd_bench)
     args = parser.parse_args(argv)
     try:
         return args.func(args)
