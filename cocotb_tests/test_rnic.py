@@ -233,15 +233,9 @@ def _beat_bytes(tb) -> int:
 
 
 def _qpc_counters(tb) -> dict:
-    """The QP context cache's own counters (lookups, hits, misses, ...: not in the register map), read
-    through the simulator's hierarchy; empty if the simulator does not expose them."""
-    from rnic.model.qpc import COUNTER_NAMES, COUNTER_WIDTH
-    try:
-        value = int(tb.dut.cache.counters.value)
-    except (AttributeError, ValueError):
-        return {}
-    mask = (1 << COUNTER_WIDTH) - 1
-    return {name: value >> (COUNTER_WIDTH * i) & mask for i, name in enumerate(COUNTER_NAMES)}
+    """The QP context cache's counters (registers QPC_LOOKUPS ..) as the last run read them."""
+    from rnic.model.qpc import COUNTER_NAMES
+    return {name: tb.regs.get(f"QPC_{name.upper()}") for name in COUNTER_NAMES}
 
 
 async def _sends(tb, qps, size, mtu, messages, mem_latency, quota):

@@ -46,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--window", type=int, help="packets issued ahead of their payload reads (default: Rnic's)")
     s.add_argument("--target-mhz", type=float, default=156.25, metavar="F", help="clock target (default 156.25)")
     s.add_argument("--seed", type=int, default=1, metavar="S", help="nextpnr placement seed (default 1)")
+    s.add_argument("--router", choices=("router1", "router2"), help="nextpnr router (default: nextpnr's, router1)")
     s.add_argument("--name", default=None,
                    help="work folder stem: build/synth/<name>-<device>/ (default rnic, plus non-default options)")
     s.add_argument("--json", required=True, type=Path, metavar="PATH", help="write the JSON report here")
@@ -203,7 +204,7 @@ def main(argv: list[str] | None = None, *, factory=None) -> int:
         engine = None if factory else build_engine(args)
         config = engine_config(args, engine)
         report = synthesize(factory or (lambda: engine), name, device=args.device, target_mhz=args.target_mhz,
-                            seed=args.seed)
+                            seed=args.seed, router=args.router)
     except Exception as err:
         print(f"error: synthesis of {name} for {args.device} failed: {err}", file=sys.stderr)
         return 1

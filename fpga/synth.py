@@ -175,7 +175,7 @@ def _read_cells(path: Path) -> dict[str, int]:
 
 
 def synthesize(component_factory, name: str, *, device: str = "ecp5-25f", target_mhz: float = 156.25,
-               workdir: Path | None = None, seed: int = 1) -> dict:
+               workdir: Path | None = None, seed: int = 1, router: str | None = None) -> dict:
     """Synthesize ``component_factory()`` out of context on ``device``; return a report dict.
 
     Keys: ``device``, ``name``, ``lut4``, ``ff``, ``wrapper_ff``, ``bram``, ``lutram`` (TRELLIS_RAMW
@@ -185,6 +185,7 @@ def synthesize(component_factory, name: str, *, device: str = "ecp5-25f", target
     (``"done"`` or ``"skipped"``), ``message`` (why, when not done), ``seconds`` (per step and
     total), ``seed``, ``workdir``, ``rtlil_sha256`` (of the synthesized netlist) and, after
     place-and-route, ``utilisation`` (nextpnr's own table).
+    ``router`` (``router1`` or ``router2``) picks nextpnr's router; default nextpnr's own (router1).
     A tool failure raises ``RuntimeError`` with the end of the tool's log unless the failure is the
     fit itself, which is reported as ``fits: False``.
     """
@@ -243,6 +244,10 @@ def synthesize(component_factory, name: str, *, device: str = "ecp5-25f", target
            "--timing-allow-fail", "--report", "report.json", "--log", "nextpnr.log", "-q"]
     if dev.family == "ecp5":
         cmd.insert(cmd.index("--freq"), "--out-of-context")
+    if router is not None:
+        if router not in ("router1", "router2"):
+            raise ValueError(f"router must be router1 or router2, not {router!r}")
+        cmd += ["--router", router]
     try:
         _run(cmd, workdir, workdir / "nextpnr.out")
     except RuntimeError as err:

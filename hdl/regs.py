@@ -45,11 +45,11 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
-from rnic.model.regs import COUNTER_NAMES, REG, REGISTERS, SGID_ENTRIES, Access, ErrBit, IntBit
+from rnic.model.regs import COUNTER_NAMES, QPC_COUNTERS, REG, REGISTERS, SGID_ENTRIES, Access, ErrBit, IntBit
 from rnic.hdl.bus import AXI4LiteSignature
 from rnic.hdl.qp_cache import CtrlOp
 
-__all__ = ["RegisterBlock", "doorbell_layout", "cq_doorbell_layout", "qpc_cmd_layout", "inc_layout",
+__all__ = ["RegisterBlock", "doorbell_layout", "cq_doorbell_layout", "qpc_cmd_layout", "inc_layout", "qpc_counters_layout",
            "ADDR_WIDTH", "DOORBELL_FIFO_DEPTH"]
 
 ADDR_WIDTH = 16
@@ -71,7 +71,11 @@ _INTERNAL_COUNTERS = ("db_count", "irq_count")
 
 # Registers with behaviour beyond plain RW / constant RO storage.
 _SPECIAL = {"CAPS", "CAPS2", "STATUS", "INT_STATUS", "ERR_STATUS", "ERR_QPN", "ERR_INFO", "DB_SQ_PI", "CQ_DB_CI",
-            "QPC_CMD", "QPC_CMD_STATUS", *(n.upper() for n in COUNTER_NAMES)}
+            "QPC_CMD", "QPC_CMD_STATUS", *(n.upper() for n in COUNTER_NAMES),
+            *(f"QPC_{n.upper()}" for n, _ in QPC_COUNTERS)}
+#: The QP context cache's counters, read as they are (``rnic.hdl.qp_cache.counters_layout``).
+qpc_counters_layout = data.StructLayout({name: 32 for name, _ in QPC_COUNTERS})
+_QPC_REGS = {f"QPC_{name.upper()}": name for name, _ in QPC_COUNTERS}
 
 # Fail at import, not in silicon, if the model's register map drifts from what this block implements.
 assert _SPECIAL <= set(REG), sorted(_SPECIAL - set(REG))
@@ -126,6 +130,8 @@ class RegisterBlock(wiring.Component):
         reads ``BUSY = qpc_cmd_busy | qpc_cmd.valid`` in bit 0, ``qpc_cmd_result`` in bits 2:1.
     inc : ``In(inc_layout)``
         Counter increments, added every clock (32-bit counters, wrapping).
+    qpc_counters : ``In(qpc_counters_layout)``
+        The QP context cache's counters, read through QPC_LOOKUPS .. QPC_ERRORS as they are.
     err_valid, err_bit, err_qpn, err_status : ``In(1)``, ``In(4)``, ``In(24)``, ``In(8)``
         An error report, taken in every clock ``err_valid`` is high (``EngineModel._error``). Only
         ``err_bit`` values of :class:`~rnic.model.regs.ErrBit` (0..9) are taken; others are ignored.
@@ -169,6 +175,7 @@ class RegisterBlock(wiring.Component):
             "qpc_cmd_busy": In(1),
             "qpc_cmd_result": In(2),
             "inc": In(inc_layout),
+            "qpc_counters": In(qpc_counters_layout),
             "err_valid": In(1),
             "err_bit": In(4),
             "err_qpn": In(24),
@@ -196,6 +203,9 @@ class RegisterBlock(wiring.Component):
                 continue
             if reg.name in ("STATUS", "QPC_CMD_STATUS"):
                 continue                                  # combinational, below
+            if reg.name in _QPC_REGS:
+                value[reg.name] = getattr(self.qpc_counters, _QPC_REGS[reg.name])
+                continue
             store[reg.name] = Signal(reg.width, init=reg.reset, name=f"r_{reg.name.lower()}")
             value[reg.name] = store[reg.name]
 

@@ -114,7 +114,7 @@ class Rnic(wiring.Component):
             regs.inc.eq(eng.inc), regs.err_valid.eq(eng.err.valid), regs.err_bit.eq(eng.err.bit),
             regs.err_qpn.eq(eng.err.qpn), regs.err_status.eq(eng.err.status), regs.cqe_written.eq(eng.cqe_written),
             cache.qpc_base.eq(regs.qpc_base), cache.table_size.eq(regs.qpc_size),
-            rd.max_burst.eq(regs.max_burst),
+            rd.max_burst.eq(regs.max_burst), regs.qpc_counters.eq(cache.counters),
         ]
         wiring.connect(m, regs.doorbell, eng.doorbell)
         wiring.connect(m, regs.cq_doorbell, eng.cq_doorbell)

@@ -15,7 +15,7 @@ import enum
 from dataclasses import dataclass
 
 __all__ = ["Access", "Reg", "caps", "caps2", "REGISTERS", "REG", "ENGINE_ID", "ENGINE_VERSION", "SGID_ENTRIES", "SGID_BASE",
-           "SGID_STRIDE", "COUNTER_NAMES", "ErrBit", "IntBit", "RegisterFile", "markdown_table"]
+           "SGID_STRIDE", "COUNTER_NAMES", "QPC_COUNTERS", "QPC_COUNTER_BASE", "ErrBit", "IntBit", "RegisterFile", "markdown_table"]
 
 ENGINE_ID = 0x524E4943          # "RNIC"
 ENGINE_VERSION = 0x0000_0001    # major << 16 | minor
@@ -65,6 +65,16 @@ _COUNTERS = (
     ("bus_errors", "AXI operations that got SLVERR/DECERR"),
 )
 COUNTER_NAMES = tuple(name for name, _ in _COUNTERS)
+#: The QP context cache's own counters (``rnic.model.qpc.COUNTER_NAMES``), read-only at 0x140..
+QPC_COUNTERS = (
+    ("lookups", "QP context cache requests (engine lookups and updates)"),
+    ("hits", "requests that found the context cached"),
+    ("misses", "requests that fetched the context from host memory"),
+    ("evictions", "valid lines replaced by a miss"),
+    ("writebacks", "dirty lines written back (eviction, INVALIDATE, FLUSH)"),
+    ("errors", "requests and commands answered BAD_QPN or BUS_ERROR"),
+)
+QPC_COUNTER_BASE = 0x140
 
 
 @dataclass(frozen=True)
@@ -141,6 +151,9 @@ def _regs():
     ]
     for i, (name, text) in enumerate(_COUNTERS):
         out.append(Reg(name.upper(), 0x100 + 4 * i, 32, ro, 0, f"counter (wraps): {text}"))
+    for i, (name, text) in enumerate(QPC_COUNTERS):
+        out.append(Reg(f"QPC_{name.upper()}", QPC_COUNTER_BASE + 4 * i, 32, ro, 0,
+                       f"QP context cache counter (wraps; not modelled by EngineModel, which reads 0): {text}"))
     for i in range(SGID_ENTRIES):
         base = SGID_BASE + SGID_STRIDE * i
         for w in range(4):

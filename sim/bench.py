@@ -101,8 +101,8 @@ FIGURES = (
            "after the first round, 256 QPs miss. The first round (one message per QP) is warm-up: "
            "messages/1000 clocks and efficiency count from the second round's first beat to the last beat. "
            "QPC requests (every lookup and update the engine sends to the cache, doorbells included), hits "
-           "and misses are the cache's own counters over the whole run (not in the register map; read "
-           "through the simulator's hierarchy).",
+           "and misses are the cache's own counters over the whole run (registers QPC_LOOKUPS, QPC_HITS, "
+           "QPC_MISSES).",
            ("width", "mem_latency", "mtu", "quota", "size"),
            (("qps", "QPs", "d"), ("messages", "messages", "d"), ("frames", "frames measured", "d"),
             ("clocks", "clocks", "d"), ("msgs_per_kclk", "messages / 1000 clocks", ".1f"),

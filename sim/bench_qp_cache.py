@@ -48,7 +48,7 @@ def measure(entries=16, ways=4, seed=1) -> dict:
         return json.loads(out.read_text())
 
 
-def synth(entries_list=(16, 64), ways=4, device="ecp5-25f", target_mhz=156.25) -> list[dict]:
+def synth(entries_list=(16, 64), ways=4, device="ecp5-25f", target_mhz=156.25, router=None) -> list[dict]:
     from rnic.fpga.synth import synthesize
     from rnic.hdl.qp_cache import QpCache
     from rnic.model.qpc import QpcCacheConfig
@@ -56,7 +56,7 @@ def synth(entries_list=(16, 64), ways=4, device="ecp5-25f", target_mhz=156.25) -
     for e in entries_list:
         cfg = QpcCacheConfig(e, min(ways, e))
         name = f"qp_cache-e{e}-w{cfg.ways}"
-        r = synthesize(lambda: QpCache(cfg), name, device=device, target_mhz=target_mhz)
+        r = synthesize(lambda: QpCache(cfg), name, device=device, target_mhz=target_mhz, router=router)
         r.pop("utilisation", None)
         r["entries"], r["ways"] = e, cfg.ways
         out.append(r)
@@ -70,6 +70,7 @@ def main(argv=None):
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--synth", action="store_true", help="also synthesize for ECP5-25F at 16 and 64 entries")
     p.add_argument("--synth-entries", type=int, nargs="+", default=[16, 64])
+    p.add_argument("--router", choices=("router1", "router2"), help="nextpnr router (default nextpnr's)")
     p.add_argument("--no-sim", action="store_true", help="skip the simulation measurements")
     p.add_argument("--json", type=Path, help="write all results here")
     a = p.parse_args(argv)
@@ -85,7 +86,7 @@ def main(argv=None):
         print(f"  50% hits, 200-clk memory:  {r['hit50_mem200_lookups_per_clock']:.4f} lookups/clock "
               f"(measured hit ratio {r['hit50_mem200_hit_ratio']:.2f})")
     if a.synth:
-        results["synth"] = synth(a.synth_entries, a.ways)
+        results["synth"] = synth(a.synth_entries, a.ways, router=a.router)
         for r in results["synth"]:
             own_ff = r.get("ff", 0) - r.get("wrapper_ff", 0)
             print(f"  ECP5-25F {r['entries']} entries {r['ways']}-way: LUT4 {r.get('lut4')}  FF {r.get('ff')} "

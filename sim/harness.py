@@ -17,7 +17,7 @@ from cocotb.triggers import ClockCycles, RisingEdge
 from cocotb.utils import get_sim_time
 
 from ..model.engine import EngineModel, HostMemory
-from ..model.regs import REG
+from ..model.regs import QPC_COUNTERS, REG
 from .scenario import CHECKED_REGS, MEM_SIZE, compare, expected
 
 __all__ = ["CLOCK_NS", "clock_now", "HostRam", "TB", "RunResult", "FrameClock"]
@@ -191,6 +191,7 @@ class TB:
         regs = {name: await self.read_reg(name) for name in CHECKED_REGS if name not in skip_regs}
         self.regs = {name: await self.read_reg(name) for name in CHECKED_REGS}
         mismatches = compare(w, model, frames, self.ram.read, regs)
+        mismatches += await self.check_qpc_counters(model)
         status = await self.read_reg("STATUS")
         if bool(status >> 1 & 1) != bool(int(dut.irq.value)):
             mismatches.append(f"irq pin {int(dut.irq.value)} but STATUS.IRQ {status >> 1 & 1}")
@@ -200,6 +201,22 @@ class TB:
         dut._log.info("seed %d: %d frames, %d aborted, %d CQEs, %d clocks to idle", self.seed, len(frames), aborted,
                       len(model.cqes), clocks)
         return RunResult(model, frames, aborted, mismatches, clocks, beats, dict(self.regs))
+
+    async def check_qpc_counters(self, model) -> list[str]:
+        """The QP context cache's counters are not modelled exactly (the request order depends on
+        timing); check what must hold of them after a run from reset."""
+        c = {n: await self.read_reg(f"QPC_{n.upper()}") for n, _ in QPC_COUNTERS}
+        self.regs.update({f"QPC_{n.upper()}": v for n, v in c.items()})
+        out = []
+        if not c["hits"] + c["misses"] <= c["lookups"] <= c["hits"] + c["misses"] + c["errors"]:
+            out.append(f"QPC counters: lookups {c['lookups']} != hits {c['hits']} + misses {c['misses']} "
+                       f"(+ up to {c['errors']} errors)")
+        if c["evictions"] > c["misses"]:
+            out.append(f"QPC counters: {c['evictions']} evictions but only {c['misses']} misses")
+        qps = len({p.qpn for p in model.packets})
+        if c["misses"] < qps:
+            out.append(f"QPC counters: {c['misses']} misses, but {qps} QPs sent packets from a cold cache")
+        return out
 
     async def run(self, w, **kw):
         """:meth:`execute`, failing on any mismatch; returns the model."""
