@@ -423,7 +423,8 @@ def _run(width: int, level: str, testcase: str | None = None) -> None:
     from rnic.hdl.packet_builder import PacketBuilderAxis
     from rnic.sim.toolchain import build, run, seed_from_env
 
-    b = build(lambda: PacketBuilderAxis(width), "packet_builder", f"packet_builder-w{width}")
+    # -O0: compiling the builder's model at -Os takes longer than all of its CI tests (docs/toolchain.md)
+    b = build(lambda: PacketBuilderAxis(width), "packet_builder", f"packet_builder-w{width}", opt="-O0")
     run(b, "test_packet_builder", seed=seed_from_env(), testcase=testcase,
         extra_env={"PB_SWEEP": level}, test_dir=Path(__file__).resolve().parent)
 

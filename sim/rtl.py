@@ -51,11 +51,11 @@ def run_workloads(workloads, *, seed: int = 1, max_qps: int = 256, width: int = 
     """``workloads``: a list of ``(Workload, options for TB.execute)``, run on an ``Rnic`` with
     these parameters. The simulator's output goes to ``log``; ``status(text)`` gets progress lines."""
     from ..hdl.rnic import Rnic
-    from .toolchain import build, build_root, run
+    from .toolchain import build, build_dir_for, run
     key = rtl_key(max_qps, width, max_mtu)
     b = _BUILDS.get((key, waves is not None))
     if b is None:
-        fresh = not (build_root() / (key + ("-waves" if waves else "")) / "rnic").exists()
+        fresh = not (build_dir_for(key, waves is not None) / "rnic").exists()
         status(f"building the RTL with Verilator ({'about a minute, once' if fresh else 'cached'}) ...")
         b = _BUILDS[key, waves is not None] = build(lambda: Rnic(max_qps=max_qps, width=width, max_mtu=max_mtu), "rnic", key,
                                                      waves=waves is not None)

@@ -9,6 +9,10 @@ MAKEFLAGS.
 Builds are cached by content: the folder is keyed by the caller's name for the configuration, and a
 rebuild happens only when the generated Verilog (or the trace option) changes. Build once per
 configuration, run many tests on it.
+
+``build(..., opt="-O0")`` replaces Verilator's C++ optimisation (``-Os``) for one model, in a folder
+of its own (``<key>-O0``): for testbenches whose compile time outweighs their run time
+(docs/toolchain.md has the measurements).
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["setup_verilator_env", "build_root", "to_verilog", "Build", "build", "run", "seed_from_env"]
+__all__ = ["setup_verilator_env", "build_root", "build_dir_for", "to_verilog", "Build", "build", "run", "seed_from_env"]
 
 _ENV_DONE = False
 
@@ -67,16 +71,24 @@ class Build:
     waves: bool
 
 
-def build(component_factory, toplevel: str, key: str, *, waves: bool = False) -> Build:
+def build_dir_for(key: str, waves: bool = False, opt: str | None = None) -> Path:
+    """The folder of the build named ``key`` with these trace and C++ optimisation options."""
+    return build_root() / (key + ("-waves" if waves else "") + (f"-{opt[1:]}" if opt else ""))
+
+
+def build(component_factory, toplevel: str, key: str, *, waves: bool = False, opt: str | None = None) -> Build:
     """Convert ``component_factory()`` and build it with Verilator, reusing an identical earlier build.
 
     ``key`` names the configuration (e.g. ``"crc32-w64"``); it becomes the folder name, so distinct
-    configurations never overwrite each other.
+    configurations never overwrite each other. ``opt`` (one ``-O`` flag) replaces Verilator's ``-Os``
+    for the generated C++.
     """
+    if opt is not None and (not opt.startswith("-O") or " " in opt):
+        raise ValueError(f"opt must be one -O flag such as -O0, not {opt!r}")
     setup_verilator_env()
     from cocotb_tools.runner import get_runner
 
-    build_dir = build_root() / (key + ("-waves" if waves else ""))
+    build_dir = build_dir_for(key, waves, opt)
     build_dir.mkdir(parents=True, exist_ok=True)
     src = to_verilog(component_factory(), toplevel)
     digest = hashlib.sha256(src.encode()).hexdigest()
@@ -90,8 +102,14 @@ def build(component_factory, toplevel: str, key: str, *, waves: bool = False) ->
     if waves:
         build_args += ["--trace-fst", "--trace-structs"]
     runner = get_runner("verilator")
-    runner.build(sources=[vfile], hdl_toplevel=toplevel, build_dir=build_dir, always=True,
-                 build_args=build_args, waves=waves, log_file=build_dir / "build.log")
+    flags = os.environ["MAKEFLAGS"]
+    if opt is not None:
+        os.environ["MAKEFLAGS"] = f"{flags} OPT_FAST={opt} OPT_SLOW={opt} OPT_GLOBAL={opt}"
+    try:
+        runner.build(sources=[vfile], hdl_toplevel=toplevel, build_dir=build_dir, always=True,
+                     build_args=build_args, waves=waves, log_file=build_dir / "build.log")
+    finally:
+        os.environ["MAKEFLAGS"] = flags
     stamp.write_text(digest)
     return Build(build_dir, toplevel, waves)
 
