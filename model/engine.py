@@ -31,7 +31,7 @@ from .regs import COUNTER_NAMES, REG, caps, caps2, SGID_BASE, SGID_ENTRIES, SGID
 from .wqe import (CQ_RECORD_BYTES, CQE_BYTES, MAX_MESSAGE, WQE_BYTES, Cqe, CqContext, CqeStatus, CqState, Wqe,
                   WqeFlags, WqeOpcode, inline_capacity)
 
-__all__ = ["HostMemory", "ERROR_ALIGN", "PAGE", "split_bursts", "SgidEntry", "EngineConfig", "TxPacket",
+__all__ = ["HostMemory", "ERROR_ALIGN", "PAGE", "sq_slot", "split_bursts", "SgidEntry", "EngineConfig", "TxPacket",
            "CqeWrite", "IrqEvent", "EngineModel", "Driver", "bth_opcode", "PSN_MASK", "MAX_LOG_RING"]
 
 PAGE = 4096
@@ -99,6 +99,12 @@ class HostMemory:
     def write(self, addr: int, data: bytes) -> None:
         self._check(self.write_errors, addr, len(data))
         self.poke(addr, data)
+
+
+def sq_slot(ctx: QpContext, index: int) -> int:
+    """Host address of send-queue entry ``index`` (a 16-bit producer/consumer index) of a QP: the ring
+    is ``2**log_sq_size`` 64-byte WQEs from ``sq_base`` (bits 5:0 ignored)."""
+    return (ctx.sq_base & ~0x3F) + (index % (1 << ctx.log_sq_size)) * WQE_BYTES
 
 
 def split_bursts(addr: int, nbytes: int, beat_bytes: int, max_beats: int = 256) -> list[tuple[int, int]]:
@@ -521,7 +527,7 @@ class EngineModel:
         return ctx.service == ServiceType.UD
 
     def _fetch(self, entry, ctx) -> Wqe | None:
-        addr = (ctx.sq_base & ~0x3F) + (ctx.sq_ci % (1 << ctx.log_sq_size)) * WQE_BYTES
+        addr = sq_slot(ctx, ctx.sq_ci)
         try:
             return Wqe.unpack(self.mem.read(addr, WQE_BYTES), ud=self._sq_ud(ctx))
         except BusError:
@@ -668,7 +674,7 @@ class Driver:
         """Write ``wqe`` at the QP's software producer index; return the new producer index."""
         ctx = self.qps[qpn]
         pi = self.sq_pi[qpn]
-        addr = (ctx.sq_base & ~0x3F) + (pi % (1 << ctx.log_sq_size)) * WQE_BYTES
+        addr = sq_slot(ctx, pi)
         self.mem.poke(addr, wqe.pack(ud=ctx.service == ServiceType.UD))
         self.sq_pi[qpn] = (pi + 1) & 0xFFFF
         return self.sq_pi[qpn]

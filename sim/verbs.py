@@ -26,10 +26,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..model.engine import EngineConfig, EngineModel
+from ..model.engine import EngineConfig, EngineModel, sq_slot
 from ..model.qpc import RECORD_BYTES, PathMtu, QpContext, ServiceType
 from ..model.regs import REG
-from ..model.wqe import CQ_RECORD_BYTES, CQE_BYTES, WQE_BYTES, CqContext, Cqe, CqState, Wqe
+from ..model.wqe import CQ_RECORD_BYTES, CQE_BYTES, CqContext, Cqe, CqState, Wqe
 
 __all__ = ["Verbs", "ModelDevice", "VerbsError"]
 
@@ -130,8 +130,7 @@ class Verbs:
         """Write ``wqe`` at the software producer index; return the new index."""
         ctx = self.qps[qpn]
         pi = self.sq_pi[qpn]
-        slot = (ctx.sq_base & ~0x3F) + (pi % (1 << ctx.log_sq_size)) * WQE_BYTES
-        self.dev.poke(slot, wqe.pack(ud=ctx.service == ServiceType.UD))
+        self.dev.poke(sq_slot(ctx, pi), wqe.pack(ud=ctx.service == ServiceType.UD))
         self.sq_pi[qpn] = (pi + 1) & 0xFFFF
         if ring:
             await self.ring(qpn)
