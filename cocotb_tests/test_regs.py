@@ -564,10 +564,10 @@ async def test_counters(dut):
 @cocotb.test()
 async def test_qpc_counters(dut):
     """QPC_LOOKUPS .. QPC_ERRORS read the cache's counter inputs as they are, at their offsets."""
-    from rnic.hdl.regs import qpc_counters_layout
+    from rnic.hdl.qp_cache import counters_layout
     tb = TB(dut, "qpc_counters")
     await tb.reset()
-    fields = _fields(qpc_counters_layout)
+    fields = _fields(counters_layout)
     for _ in range(20):
         vals = {n: tb.rng.choice([0, (1 << w) - 1, tb.rng.randrange(1 << w)]) for n, _, w in fields}
         dut.qpc_counters.value = _pack(fields, vals)

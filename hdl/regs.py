@@ -47,9 +47,9 @@ from amaranth.lib.wiring import In, Out
 
 from rnic.model.regs import COUNTER_NAMES, QPC_COUNTERS, REG, REGISTERS, SGID_ENTRIES, Access, ErrBit, IntBit
 from rnic.hdl.bus import AXI4LiteSignature
-from rnic.hdl.qp_cache import CtrlOp
+from rnic.hdl.qp_cache import CtrlOp, counters_layout
 
-__all__ = ["RegisterBlock", "doorbell_layout", "cq_doorbell_layout", "qpc_cmd_layout", "inc_layout", "qpc_counters_layout",
+__all__ = ["RegisterBlock", "doorbell_layout", "cq_doorbell_layout", "qpc_cmd_layout", "inc_layout",
            "ADDR_WIDTH", "DOORBELL_FIFO_DEPTH"]
 
 ADDR_WIDTH = 16
@@ -73,8 +73,6 @@ _INTERNAL_COUNTERS = ("db_count", "irq_count")
 _SPECIAL = {"CAPS", "CAPS2", "STATUS", "INT_STATUS", "ERR_STATUS", "ERR_QPN", "ERR_INFO", "DB_SQ_PI", "CQ_DB_CI",
             "QPC_CMD", "QPC_CMD_STATUS", *(n.upper() for n in COUNTER_NAMES),
             *(f"QPC_{n.upper()}" for n, _ in QPC_COUNTERS)}
-#: The QP context cache's counters, read as they are (``rnic.hdl.qp_cache.counters_layout``).
-qpc_counters_layout = data.StructLayout({name: 32 for name, _ in QPC_COUNTERS})
 _QPC_REGS = {f"QPC_{name.upper()}": name for name, _ in QPC_COUNTERS}
 
 # Fail at import, not in silicon, if the model's register map drifts from what this block implements.
@@ -130,7 +128,7 @@ class RegisterBlock(wiring.Component):
         reads ``BUSY = qpc_cmd_busy | qpc_cmd.valid`` in bit 0, ``qpc_cmd_result`` in bits 2:1.
     inc : ``In(inc_layout)``
         Counter increments, added every clock (32-bit counters, wrapping).
-    qpc_counters : ``In(qpc_counters_layout)``
+    qpc_counters : ``In(rnic.hdl.qp_cache.counters_layout)``
         The QP context cache's counters, read through QPC_LOOKUPS .. QPC_ERRORS as they are.
     err_valid, err_bit, err_qpn, err_status : ``In(1)``, ``In(4)``, ``In(24)``, ``In(8)``
         An error report, taken in every clock ``err_valid`` is high (``EngineModel._error``). Only
@@ -175,7 +173,7 @@ class RegisterBlock(wiring.Component):
             "qpc_cmd_busy": In(1),
             "qpc_cmd_result": In(2),
             "inc": In(inc_layout),
-            "qpc_counters": In(qpc_counters_layout),
+            "qpc_counters": In(counters_layout),
             "err_valid": In(1),
             "err_bit": In(4),
             "err_qpn": In(24),

@@ -68,7 +68,7 @@ class Rnic(wiring.Component):
                  max_qps: int = 256, window: int = 32, payload_queue: int = 1024, desc_queue: int = 16):
         if width not in (64, 128, 256, 512):
             raise ValueError(f"width must be 64, 128, 256 or 512, not {width!r}")
-        self.max_mtu_code = PathMtu.of_bytes(max_mtu)
+        PathMtu.of_bytes(max_mtu)                       # 256 .. 4096 or ValueError
         self.cache_cfg = cache_cfg or QpcCacheConfig()
         self.width, self.max_mtu = width, max_mtu
         self.max_qps, self.window, self.payload_queue = max_qps, window, payload_queue
@@ -82,11 +82,11 @@ class Rnic(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        W = self.width
-        m.submodules.regs = regs = RegisterBlock(caps=caps(self.max_qps), caps2=caps2(W, self.max_mtu_code))
+        W, mtu = self.width, PathMtu.of_bytes(self.max_mtu)
+        m.submodules.regs = regs = RegisterBlock(caps=caps(self.max_qps), caps2=caps2(W, mtu))
         m.submodules.cache = cache = QpCache(self.cache_cfg)
         m.submodules.engine = eng = DescriptorEngine(self.cache_cfg, max_qps=self.max_qps, window=self.window,
-                                                     max_mtu=self.max_mtu_code)
+                                                     max_mtu=mtu)
         m.submodules.reader = rd = PayloadReader(max_payload=self.max_mtu, fifo_depth=self.payload_queue,
                                                  data_width=W)
         m.submodules.builder = pb = PacketBuilder(W)

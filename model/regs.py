@@ -14,6 +14,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from .qpc import COUNTER_NAMES as QPC_COUNTER_NAMES
+
 __all__ = ["Access", "Reg", "caps", "caps2", "REGISTERS", "REG", "ENGINE_ID", "ENGINE_VERSION", "SGID_ENTRIES", "SGID_BASE",
            "SGID_STRIDE", "COUNTER_NAMES", "QPC_COUNTERS", "QPC_COUNTER_BASE", "ErrBit", "IntBit", "RegisterFile", "markdown_table"]
 
@@ -65,15 +67,17 @@ _COUNTERS = (
     ("bus_errors", "AXI operations that got SLVERR/DECERR"),
 )
 COUNTER_NAMES = tuple(name for name, _ in _COUNTERS)
-#: The QP context cache's own counters (``rnic.model.qpc.COUNTER_NAMES``), read-only at 0x140..
-QPC_COUNTERS = (
-    ("lookups", "QP context cache requests (engine lookups and updates)"),
-    ("hits", "requests that found the context cached"),
-    ("misses", "requests that fetched the context from host memory"),
-    ("evictions", "valid lines replaced by a miss"),
-    ("writebacks", "dirty lines written back (eviction, INVALIDATE, FLUSH)"),
-    ("errors", "requests and commands answered BAD_QPN or BUS_ERROR"),
-)
+_QPC_COUNTER_TEXT = {
+    "lookups": "QP context cache requests (engine lookups and updates)",
+    "hits": "requests that found the context cached",
+    "misses": "requests that fetched the context from host memory",
+    "evictions": "valid lines replaced by a miss",
+    "writebacks": "dirty lines written back (eviction, INVALIDATE, FLUSH)",
+    "errors": "requests and commands answered BAD_QPN or BUS_ERROR",
+}
+#: The QP context cache's own counters (``rnic.model.qpc.COUNTER_NAMES``, in that order), read-only
+#: at 0x140..: ``(name, description)``.
+QPC_COUNTERS = tuple((name, _QPC_COUNTER_TEXT[name]) for name in QPC_COUNTER_NAMES)
 QPC_COUNTER_BASE = 0x140
 
 
