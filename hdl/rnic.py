@@ -7,7 +7,7 @@ transfers (:class:`rnic.hdl.narrow.NarrowPort`), the payload reader full-width b
 """
 
 from amaranth import Module, Signal
-from amaranth.lib import data, stream, wiring
+from amaranth.lib import data, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 

@@ -23,7 +23,6 @@ import argparse
 import json
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -53,7 +52,7 @@ def measure(seed: int = 1, parts=PARTS, *, width: int = 64, plan: list[dict] | N
     if str(_TESTS) not in sys.path:
         sys.path.insert(0, str(_TESTS))
     import test_rnic
-    from rnic.sim.toolchain import run
+    from rnic.sim.toolchain import run_watched
     t0 = time.perf_counter()
     b = test_rnic.build_rnic(width=width)
     build_s = time.perf_counter() - t0
@@ -63,14 +62,7 @@ def measure(seed: int = 1, parts=PARTS, *, width: int = 64, plan: list[dict] | N
         if plan is not None:
             job.write_text(json.dumps(plan))
             env["RNIC_BENCH_PLAN"] = str(job)
-        box, seen = {}, 0
-
-        def simulate():
-            try:
-                box["counts"] = run(b, "test_rnic", seed=seed, testcase="bench", extra_env=env, test_dir=_TESTS,
-                                    log_file=log, quiet=log is not None)
-            except BaseException as err:          # reported below
-                box["error"] = err
+        seen = 0
 
         def report():
             nonlocal seen
@@ -81,14 +73,9 @@ def measure(seed: int = 1, parts=PARTS, *, width: int = 64, plan: list[dict] | N
                 seen = len(done)
 
         t0 = time.perf_counter()
-        worker = threading.Thread(target=simulate)
-        worker.start()
-        while worker.is_alive():
-            worker.join(0.5)
-            report()
-        report()
+        tests, fails, error = run_watched(b, "test_rnic", poll=report, seed=seed, testcase="bench", extra_env=env,
+                                          test_dir=_TESTS, log_file=log, quiet=log is not None)
         launch_s = time.perf_counter() - t0
-        tests, fails = box.get("counts", (1, 1))
         r = json.loads(out.read_text()) if out.exists() else {}
     if "error" in r:
         e = r["error"]
@@ -96,9 +83,9 @@ def measure(seed: int = 1, parts=PARTS, *, width: int = 64, plan: list[dict] | N
         if e["kind"] == "AssertionError":
             raise ModelMismatch(f"{where}: {e['message']}")
         raise RuntimeError(f"benchmark {where} failed: {e['kind']}: {e['message']}")
-    if "error" in box or fails or not r:
+    if error is not None or fails or not r:
         where = f"; simulator log: {log}" if log else ""
-        raise RuntimeError(f"benchmark simulation failed ({box.get('error', f'{fails} of {tests} tests')}{where})")
+        raise RuntimeError(f"benchmark simulation failed ({error or f'{fails} of {tests} tests'}{where})")
     return r | {"build_s": round(build_s, 2), "launch_s": round(launch_s, 2)}
 
 

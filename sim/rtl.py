@@ -10,7 +10,6 @@ from __future__ import annotations
 import collections
 import pickle
 import tempfile
-import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -51,7 +50,7 @@ def run_workloads(workloads, *, seed: int = 1, max_qps: int = 256, width: int = 
     """``workloads``: a list of ``(Workload, options for TB.execute)``, run on an ``Rnic`` with
     these parameters. The simulator's output goes to ``log``; ``status(text)`` gets progress lines."""
     from ..hdl.rnic import Rnic
-    from .toolchain import build, build_dir_for, run
+    from .toolchain import build, build_dir_for, run_watched
     key = rtl_key(max_qps, width, max_mtu)
     b = _BUILDS.get((key, waves is not None))
     if b is None:
@@ -64,30 +63,22 @@ def run_workloads(workloads, *, seed: int = 1, max_qps: int = 256, width: int = 
         job.write_bytes(pickle.dumps({"seed": seed, "workloads": list(workloads)}))
         env = {"RNIC_JOB": str(job), "RNIC_RESULT": str(result), "RNIC_PROGRESS": str(progress),
                "RNIC_MAX_MTU": str(max_mtu)}
-        box = {}
-
-        def simulate():
-            try:
-                box["counts"] = run(b, "rnic.sim.rtl_job", seed=seed, extra_env=env, log_file=log, quiet=True)
-            except BaseException as err:          # reported below
-                box["error"] = err
-
-        worker = threading.Thread(target=simulate)
-        worker.start()
         n = len(workloads)
-        while worker.is_alive():
-            worker.join(0.5)
+
+        def show():
             if progress.exists():
                 try:
                     i, clocks = progress.read_text().split()
                     status(f"\r  simulating workload {int(i) + 1}/{n}: {int(clocks):,} clocks", end="")
                 except ValueError:
                     pass
+
+        tests, fails, error = run_watched(b, "rnic.sim.rtl_job", poll=show, seed=seed, extra_env=env, log_file=log,
+                                          quiet=True)
         status("")
-        tests, fails = box.get("counts", (1, 1))
-        if "error" in box or fails or not result.exists():
+        if error is not None or fails or not result.exists():
             where = f" (simulator log: {log})" if log else ""
-            raise RuntimeError(f"the RTL simulation failed{where}: {box.get('error', 'see the log')}")
+            raise RuntimeError(f"the RTL simulation failed{where}: {error or 'see the log'}")
         out = [RtlRun(**r) for r in pickle.loads(result.read_bytes())]
     if waves is not None:
         for f in b.build_dir.glob("*.fst"):

@@ -21,10 +21,12 @@ import hashlib
 import os
 import random
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["setup_verilator_env", "build_root", "build_dir_for", "to_verilog", "Build", "build", "run", "seed_from_env"]
+__all__ = ["setup_verilator_env", "build_root", "build_dir_for", "to_verilog", "Build", "build", "run", "run_watched",
+           "seed_from_env"]
 
 _ENV_DONE = False
 
@@ -112,6 +114,30 @@ def build(component_factory, toplevel: str, key: str, *, waves: bool = False, op
         os.environ["MAKEFLAGS"] = flags
     stamp.write_text(digest)
     return Build(build_dir, toplevel, waves)
+
+
+def run_watched(b: Build, test_module: str, *, poll, interval: float = 0.5,
+                **kw) -> tuple[int, int, BaseException | None]:
+    """:func:`run` (keyword arguments ``kw``) in a thread, calling ``poll()`` every ``interval``
+    seconds while it runs and once after, for progress reports from files the simulation writes.
+    Returns ``(tests, failures, error)``: ``error`` is what :func:`run` raised (then the counts are
+    ``(1, 1)``), else None."""
+    box = {}
+
+    def simulate():
+        try:
+            box["counts"] = run(b, test_module, **kw)
+        except BaseException as err:          # handed to the caller
+            box["error"] = err
+
+    worker = threading.Thread(target=simulate)
+    worker.start()
+    while worker.is_alive():
+        worker.join(interval)
+        poll()
+    poll()
+    tests, fails = box.get("counts", (1, 1))
+    return tests, fails, box.get("error")
 
 
 def seed_from_env(default: int | None = None) -> int:
