@@ -16,12 +16,13 @@ import sys
 import time
 from pathlib import Path
 
+from ..model.regs import DATAPATH_WIDTHS
 from .synth import DEVICES
 
 __all__ = ["SUPPORTED_WIDTHS", "build_parser", "parse_args", "engine_config", "default_name", "build_engine",
            "source_state", "verdict_line", "render_markdown", "main"]
 
-SUPPORTED_WIDTHS = (64, 128, 256, 512)
+SUPPORTED_WIDTHS = DATAPATH_WIDTHS
 DEFAULTS = {"width": 64, "qp_cache_entries": 16, "qp_cache_ways": 4}
 ENGINE_PARAMS = ("max_qps", "max_mtu", "window", "payload_queue", "desc_queue")
 

@@ -12,7 +12,7 @@ from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
 from ..model.qpc import PathMtu, QpcCacheConfig
-from ..model.regs import caps, caps2
+from ..model.regs import DATAPATH_WIDTHS, caps, caps2
 from .bus import AXI4LiteSignature, AXI4Signature, AXIStreamSignature, stream_to_axis
 from .descriptor import DescriptorLayout
 from .dma import AxiInterconnect, PayloadReader
@@ -66,7 +66,7 @@ class Rnic(wiring.Component):
 
     def __init__(self, cache_cfg: QpcCacheConfig | None = None, *, width: int = 64, max_mtu: int = 4096,
                  max_qps: int = 256, window: int = 32, payload_queue: int = 1024, desc_queue: int = 16):
-        if width not in (64, 128, 256, 512):
+        if width not in DATAPATH_WIDTHS:
             raise ValueError(f"width must be 64, 128, 256 or 512, not {width!r}")
         PathMtu.of_bytes(max_mtu)                       # 256 .. 4096 or ValueError
         self.cache_cfg = cache_cfg or QpcCacheConfig()

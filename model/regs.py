@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from .qpc import COUNTER_NAMES as QPC_COUNTER_NAMES
 
-__all__ = ["Access", "Reg", "caps", "caps2", "REGISTERS", "REG", "ENGINE_ID", "ENGINE_VERSION", "SGID_ENTRIES", "SGID_BASE",
+__all__ = ["Access", "Reg", "caps", "caps2", "DATAPATH_WIDTHS", "REGISTERS", "REG", "ENGINE_ID", "ENGINE_VERSION", "SGID_ENTRIES", "SGID_BASE",
            "SGID_STRIDE", "COUNTER_NAMES", "QPC_COUNTERS", "QPC_COUNTER_BASE", "ErrBit", "IntBit", "RegisterFile", "markdown_table"]
 
 ENGINE_ID = 0x524E4943          # "RNIC"
@@ -102,11 +102,15 @@ def caps(max_qps: int) -> int:
     return SGID_ENTRIES | 32 << 8 | 12 << 16 | (max_qps.bit_length() - 1) << 24
 
 
+#: Datapath widths (bits) the whole engine is built for: ``Rnic(width=)``, CAPS2[3:0] = log2(width / 8).
+DATAPATH_WIDTHS = (64, 128, 256, 512)
+
+
 def caps2(width: int = 64, max_mtu: int = 5) -> int:
     """CAPS2 of an engine with a ``width``-bit datapath (frames and host AXI) whose largest path MTU
     has the IB code ``max_mtu`` (:class:`rnic.model.qpc.PathMtu`: 1 = 256 B .. 5 = 4096 B)."""
-    if width not in (64, 128, 256, 512):
-        raise ValueError(f"width must be one of 64, 128, 256, 512, not {width!r}")
+    if width not in DATAPATH_WIDTHS:
+        raise ValueError(f"width must be one of {', '.join(map(str, DATAPATH_WIDTHS))}, not {width!r}")
     if not 1 <= max_mtu <= 5:
         raise ValueError(f"max_mtu must be a path MTU code 1..5, not {max_mtu!r}")
     return ((width // 8).bit_length() - 1) | max_mtu << 4

@@ -28,13 +28,14 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..model.regs import DATAPATH_WIDTHS
 from .bench_engine import measure
 
 __all__ = ["PARTS", "WIDTHS", "FIGURES", "plan", "run_bench", "write_outputs", "markdown", "text_tables",
            "write_plots"]
 
 PARTS = ("efficiency", "rate", "latency", "fairness")
-WIDTHS = (64, 128, 256, 512)
+WIDTHS = DATAPATH_WIDTHS
 _ROOT = Path(__file__).resolve().parents[1]
 
 

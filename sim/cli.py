@@ -7,6 +7,8 @@ import random
 import sys
 from pathlib import Path
 
+from ..model.regs import DATAPATH_WIDTHS
+
 __all__ = ["main"]
 
 
@@ -144,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     soak.add_argument("--cycles", type=int, default=200_000, help="clocks to simulate at least (default 200000)")
     soak.add_argument("--seed", type=int, default=1)
     soak.add_argument("--batch", type=int, default=4, help="workloads per simulator launch (default 4)")
-    soak.add_argument("--width", type=int, default=64, choices=(64, 128, 256, 512),
+    soak.add_argument("--width", type=int, default=64, choices=DATAPATH_WIDTHS,
                       help="engine datapath width in bits (default 64)")
     soak.add_argument("--max-mtu", type=int, default=4096, choices=(256, 512, 1024, 2048, 4096),
                       help="engine's largest path MTU in bytes (default 4096; QPs above it fail as bad contexts)")

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ..model.descriptor import LinkMode
 from ..model.qpc import PathMtu, QpState, ServiceType
+from ..model.regs import DATAPATH_WIDTHS
 from ..model.wqe import INLINE_MAX_RC, INLINE_MAX_UD, WqeFlags, WqeOpcode
 from .scenario import SGIDS, Workload, WorkloadBuilder, random_workload
 
@@ -88,7 +89,8 @@ def parse(data: dict) -> Scenario:
     engine = _get(data, "engine", "scenario", dict, {})
     _no_extra(engine, "engine", {"width", "max_mtu", "quota", "max_burst", "int_mod_count", "int_mod_timer"})
     width = _get(engine, "width", "engine", int, 64,
-                 check=lambda v: None if v in (64, 128, 256, 512) else f"{v!r} is not one of 64, 128, 256, 512")
+                 check=lambda v: None if v in DATAPATH_WIDTHS else
+                 f"{v!r} is not one of {', '.join(map(str, DATAPATH_WIDTHS))}")
     max_mtu = _get(engine, "max_mtu", "engine", int, 4096,
                    check=lambda v: None if v in _MTUS else f"{v!r} is not one of {', '.join(map(str, _MTUS))}")
     quota = _get(engine, "quota", "engine", int, 16, check=_range(0, 0xFFFF))
