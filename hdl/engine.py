@@ -19,6 +19,8 @@ hardware form. One control FSM does the work in the model's order:
   waits until it has retired (its CQE may overflow the CQ and move the QP to ERROR);
 * completions go through :class:`rnic.hdl.completion.CqeWriter`.
 
+After reset the engine spends ``max_qps`` clocks clearing the scheduled bits (a memory, which a
+reset does not clear) before it takes a doorbell; doorbells written meanwhile wait in the FIFO.
 Doorbells are taken only between turns (a doorbell written during a turn takes effect at the next
 turn boundary, which ``docs/engine.md`` allows). A partly sent message keeps its byte offset in its
 ready-list entry; its WQE is read again at the next turn.
@@ -29,13 +31,13 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
-from amaranth.utils import ceil_log2, exact_log2
+from amaranth.utils import exact_log2
 
 from ..model.engine import MAX_LOG_RING
 from ..model.opcodes import Opcode
 from ..model.qpc import QpcCacheConfig, ServiceType
 from ..model.regs import ErrBit
-from ..model.wqe import INLINE_MAX_RC, INLINE_MAX_UD, MAX_MESSAGE, WQE_FIELDS, CqeStatus, WqeFlags, WqeOpcode
+from ..model.wqe import INLINE_MAX_RC, INLINE_MAX_UD, MAX_MESSAGE, WQE_FIELDS, CqeStatus, WqeOpcode
 from .bus import AXI4Signature, PacketStream
 from .completion import CqeWriter, CqOp, cq_cmd_layout, err_layout
 from .descriptor import DescriptorLayout
@@ -194,7 +196,11 @@ class DescriptorEngine(wiring.Component):
         sched_w = sched.write_port()
         sched_r = sched.read_port(transparent_for=(sched_w,))
         m.d.comb += sched_r.addr.eq(qpn[:qbits])
-        m.d.comb += sched_w.addr.eq(qpn[:qbits])
+        # a reset clears flip-flops, not memories: "Clear" zeroes the scheduled bits first, else a
+        # reset in mid-turn would leave QPs marked scheduled that are in no ready list
+        clearing = Signal()
+        clear_qpn = Signal(range(max_qps))
+        m.d.comb += sched_w.addr.eq(Mux(clearing, clear_qpn, qpn[:qbits]))
 
         # --- per-packet bookkeeping between issue and commit ----------------------------------------
         info_layout = data.StructLayout({"seg": 13, "psns": 24, "last": 1, "wr_id": 64, "opcode": 8,
@@ -334,7 +340,13 @@ class DescriptorEngine(wiring.Component):
         can_chain = (~squash & issued_last & ~chain_block & ~wqe.flags[0] & (ctx.state == QpState.RTS)
                      & (next_ci != ctx.sq_pi) & (inflight < window) & quota_ok)
 
-        with m.FSM() as fsm:
+        with m.FSM(init="Clear") as fsm:
+            with m.State("Clear"):
+                m.d.comb += [clearing.eq(1), sched_w.en.eq(1), sched_w.data.eq(0)]
+                m.d.sync += clear_qpn.eq(clear_qpn + 1)
+                with m.If(clear_qpn == max_qps - 1):
+                    m.next = "Idle"
+
             with m.State("Idle"):
                 with m.If(self.doorbell.valid):
                     m.d.comb += self.doorbell.ready.eq(1)
