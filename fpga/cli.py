@@ -1,5 +1,5 @@
 """``python -m rnic.fpga synth``: out-of-context synthesis of the whole engine (``Rnic``), JSON and
-Markdown report.
+Markdown report. ``python -m rnic.fpga board``: the self-test bitstream for a board (``board.py``).
 
 Exit status: 0 when the flow ran to a report, whether or not the design fits or meets timing (see
 ``fits`` and ``timing_met``); 1 when a tool or the elaboration failed (the error is printed on
@@ -53,6 +53,19 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", required=True, type=Path, metavar="PATH", help="write the JSON report here")
     s.add_argument("--markdown", type=Path, metavar="PATH", help="also write the Markdown table here")
     parser.synth = s
+    from .board import BOARDS
+    b = sub.add_parser("board", help="build the self-test bitstream for an FPGA board",
+                       description="Build the on-chip self-test (the engine, host memory in block RAM, a "
+                                   "register script and frame, register and memory checkers written by the "
+                                   "golden model) for a board. Exit 0 with a bitstream, 1 on a tool failure "
+                                   "(including missed timing), 2 on a usage error.")
+    b.add_argument("--board", required=True, choices=sorted(BOARDS), help="target board")
+    b.add_argument("--out", type=Path, default=None, metavar="DIR",
+                   help="build folder, relative to the current one (default build/board/<board>)")
+    b.add_argument("--seed", type=int, default=1, metavar="S", help="nextpnr placement seed (default 1)")
+    b.add_argument("--no-sink-pause", action="store_true",
+                   help="frame sink always ready (default: not ready one clock in four, pseudo-randomly)")
+    parser.board = b
     return parser
 
 
@@ -60,6 +73,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Parse and check ``argv``; a bad value exits 2 with a message naming what is accepted."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command == "board":
+        if args.out is None:
+            args.out = Path("build") / "board" / args.board
+        if args.out.is_absolute():
+            parser.board.error(f"--out must be a relative folder (YoWASP tools cannot see every absolute path), "
+                               f"not {args.out}")
+        return args
     error = parser.synth.error
     if args.width not in SUPPORTED_WIDTHS:
         error(f"--width {args.width} is not supported: supported widths are {', '.join(map(str, SUPPORTED_WIDTHS))}")
@@ -192,9 +212,30 @@ def render_markdown(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def board_main(args: argparse.Namespace) -> int:
+    from .board import build_board
+    print(f"building the self-test for {args.board} in {args.out} (yosys some minutes, nextpnr up to an hour)",
+          flush=True)
+    try:
+        r = build_board(args.board, args.out, seed=args.seed, sink_pause=not args.no_sink_pause)
+    except Exception as err:
+        print(f"error: board build for {args.board} failed: {err}", file=sys.stderr)
+        return 1
+    avail = r["available"]
+    fmax = ", ".join(f"{d} {f:.1f} MHz" for d, f in r["fmax_mhz"].items())
+    print(f"| Board | LUT4 | FF | Block RAM | Fmax | clock | build time |\n|---|---|---|---|---|---|---|\n"
+          f"| {r['board']} | {_count(r['lut4'], avail['lut4'])} | {_count(r['ff'], avail['ff'])} | "
+          f"{_count(r['bram'], avail['bram'])} | {fmax} | {r['clock_mhz']:g} MHz | {r['seconds']:.0f} s |")
+    print(f"\nbitstream {r['bitstream']} ({r['bitstream_bytes']} bytes); report {args.out / 'board.json'}")
+    print(f"program it with: openFPGALoader --board ulx3s {r['bitstream']}")
+    return 0
+
+
 def main(argv: list[str] | None = None, *, factory=None) -> int:
     """Run the CLI. ``factory`` replaces the ``Rnic`` constructor (tests synthesize a tiny block)."""
     args = parse_args(argv)
+    if args.command == "board":
+        return board_main(args)
     name = args.name or default_name(args)
     from .synth import synthesize, tool_versions
 

@@ -30,6 +30,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,7 +65,9 @@ _CAPACITY_ERROR = re.compile(r"Unable to place|Unable to find legal placement|no
 
 
 def _tool(env_name: str, default: str) -> str:
-    return os.environ.get(env_name) or shutil.which(default) or default
+    """``$env_name``, else ``default`` on PATH or beside this Python (a venv used without activating it)."""
+    return (os.environ.get(env_name) or shutil.which(default)
+            or shutil.which(default, path=os.path.dirname(sys.executable)) or default)
 
 
 def _tools(family: str) -> tuple[str, str]:

@@ -6,7 +6,8 @@ AXI4-Lite writes to issue in order (configuration with CONTROL.ENABLE = 0, the d
 ENABLE = 1). :func:`expected` runs the golden model on a copy; :func:`compare` checks what the RTL
 produced against it. The cocotb tests and the simulation CLI share this module.
 
-The address map keeps everything below 32 MiB so one flat simulated RAM holds it.
+:data:`DEFAULT_MAP` keeps everything below 32 MiB so one flat simulated RAM holds it; a smaller
+:class:`MemoryMap` packs a workload into on-chip RAM (the FPGA self-test, ``fpga/selftest.py``).
 """
 
 from __future__ import annotations
@@ -21,15 +22,40 @@ from ..model.qpc import RECORD_BYTES, PathMtu, QpContext, QpState, ServiceType
 from ..model.regs import COUNTER_NAMES, REG
 from ..model.wqe import (CQ_RECORD_BYTES, CQE_BYTES, INLINE_MAX_RC, INLINE_MAX_UD, Wqe, WqeFlags, WqeOpcode)
 
-__all__ = ["MEM_SIZE", "QPC_BASE", "CQ_BASE", "CQ_RINGS", "SQ_RINGS", "BUFFERS", "Workload", "WorkloadBuilder", "random_workload",
+__all__ = ["MemoryMap", "DEFAULT_MAP", "MEM_SIZE", "QPC_BASE", "CQ_BASE", "CQ_RINGS", "SQ_RINGS", "BUFFERS", "Workload", "WorkloadBuilder", "random_workload",
            "every_opcode_workload", "text_payload", "expected", "compare", "CHECKED_REGS"]
 
-MEM_SIZE = 1 << 25
-QPC_BASE = 0x01_0000       # up to 512 QP contexts
-CQ_BASE = 0x02_0000
-CQ_RINGS = 0x10_0000       # 8 KiB per CQ, up to 256
-SQ_RINGS = 0x40_0000       # 16 KiB per QP, up to 256
-BUFFERS = 0x80_0000        # payload, bump-allocated up to MEM_SIZE
+
+
+@dataclass(frozen=True)
+class MemoryMap:
+    """Where a workload puts its tables, rings and buffers in host memory."""
+    size: int = 1 << 25
+    qpc_base: int = 0x01_0000      # up to 512 QP contexts
+    cq_base: int = 0x02_0000
+    cq_rings: int = 0x10_0000      # one ring per CQ, cq_stride apart
+    cq_stride: int = 0x2000        # 8 KiB: 256 CQEs
+    sq_rings: int = 0x40_0000      # one ring per QP, sq_stride apart
+    sq_stride: int = 0x4000        # 16 KiB: 256 WQEs
+    buffers: int = 0x80_0000       # payload, bump-allocated up to size
+
+    @property
+    def log_cq(self) -> int:
+        """The largest CQ ring (log2 of CQEs) that fits a stride."""
+        return (self.cq_stride // CQE_BYTES).bit_length() - 1
+
+    @property
+    def log_sq(self) -> int:
+        return (self.sq_stride // 64).bit_length() - 1
+
+
+DEFAULT_MAP = MemoryMap()
+MEM_SIZE = DEFAULT_MAP.size
+QPC_BASE = DEFAULT_MAP.qpc_base
+CQ_BASE = DEFAULT_MAP.cq_base
+CQ_RINGS = DEFAULT_MAP.cq_rings
+SQ_RINGS = DEFAULT_MAP.sq_rings
+BUFFERS = DEFAULT_MAP.buffers
 SGIDS = (SgidEntry(gid=0xFFFF_C0A8_0001, mac=0x02_00_00_00_00_01),
          SgidEntry(gid=0xFE80 << 112 | 0x11, mac=0x02_00_00_00_00_11, vlan_id=0x123, vlan_present=True),
          SgidEntry(gid=0x2001_0DB8 << 96 | 0x77, mac=0x02_00_00_00_00_22))
@@ -52,12 +78,14 @@ class Workload:
     qpns: list[int] = field(default_factory=list)
     cqns: list[int] = field(default_factory=list)
     max_qps: int = 1 << 24
+    memory_map: MemoryMap = DEFAULT_MAP
 
     @property
     def regions(self) -> list[tuple[int, int]]:
         """Host-memory regions the engine may write: ``(address, bytes)``."""
-        out = [(QPC_BASE, self.config.qpc_size * RECORD_BYTES), (CQ_BASE, self.config.cq_size * CQ_RECORD_BYTES)]
-        out += [(CQ_RINGS + c * 0x2000, 0x2000) for c in self.cqns]
+        mm = self.memory_map
+        out = [(mm.qpc_base, self.config.qpc_size * RECORD_BYTES), (mm.cq_base, self.config.cq_size * CQ_RECORD_BYTES)]
+        out += [(mm.cq_rings + c * mm.cq_stride, mm.cq_stride) for c in self.cqns]
         return out
 
 
@@ -66,23 +94,26 @@ class WorkloadBuilder:
 
     def __init__(self, nqps: int, *, ncqs: int | None = None, quota: int = 16, max_burst: int = 256,
                  int_mod_count: int = 1, max_qps: int = 1 << 24, rng: random.Random | None = None,
-                 payload=None):
+                 payload=None, memory_map: MemoryMap = DEFAULT_MAP):
         self.rng = rng or random.Random(0)
         self.payload = payload or self.rng.randbytes
         self.mem = HostMemory()
+        self.map = mm = memory_map
         ncqs = nqps if ncqs is None else ncqs
-        self.config = EngineConfig(qpc_base=QPC_BASE, qpc_size=nqps, cq_base=CQ_BASE, cq_size=ncqs, quota=quota,
+        self.config = EngineConfig(qpc_base=mm.qpc_base, qpc_size=nqps, cq_base=mm.cq_base, cq_size=ncqs, quota=quota,
                                    max_burst=max_burst, port_lid=0x77, int_mod_count=int_mod_count, sgids=SGIDS,
                                    enable=False)
         self.drv = Driver(self.mem, self.config)
-        self.buf = BUFFERS
+        self.buf = mm.buffers
         self.rings: list[tuple[int, int]] = []
         self.max_qps = max_qps
         self.qpns: list[int] = []
         self.cqns: list[int] = []
 
-    def cq(self, cqn: int, log_size: int = 8, **kw):
-        self.drv.create_cq(cqn, CQ_RINGS + cqn * 0x2000, log_size, **kw)
+    def cq(self, cqn: int, log_size: int | None = None, **kw):
+        log_size = self.map.log_cq if log_size is None else log_size
+        assert (CQE_BYTES << log_size) <= self.map.cq_stride, "CQ ring larger than the memory map's stride"
+        self.drv.create_cq(cqn, self.map.cq_rings + cqn * self.map.cq_stride, log_size, **kw)
         self.cqns.append(cqn)
 
     def qp(self, qpn: int, *, service=ServiceType.RC, mode=LinkMode.ROCEV2_IPV4, mtu=PathMtu.MTU_1024,
@@ -90,10 +121,11 @@ class WorkloadBuilder:
         rng = self.rng
         kw.setdefault("state", QpState.RTS)
         kw.setdefault("next_psn", rng.randrange(1 << 24))
-        kw.setdefault("log_sq_size", 8)
+        kw.setdefault("log_sq_size", self.map.log_sq)
+        assert (64 << kw["log_sq_size"]) <= self.map.sq_stride, "SQ ring larger than the memory map's stride"
         kw.setdefault("sgid_index", rng.randrange(len(SGIDS)))
         ctx = QpContext(service=service, link_mode=mode, path_mtu=mtu, cqn=qpn if cqn is None else cqn,
-                        sq_base=SQ_RINGS + qpn * 0x4000, dest_qpn=rng.randrange(1 << 24),
+                        sq_base=self.map.sq_rings + qpn * self.map.sq_stride, dest_qpn=rng.randrange(1 << 24),
                         dst_mac=0x02_00_00_00_00_00 | rng.randrange(1 << 24), dst_gid=rng.randrange(1 << 128),
                         dlid=rng.randrange(1, 0xC000), pkey=0xFFFF, qkey=rng.randrange(1 << 31),
                         sl=rng.randrange(16), traffic_class=rng.randrange(256), hop_limit=rng.randrange(1, 256),
@@ -106,7 +138,7 @@ class WorkloadBuilder:
         addr = (self.buf + 63) // 64 * 64 + skew
         self.mem.poke(addr, data)
         self.buf = addr + len(data) + 1
-        assert self.buf < MEM_SIZE, "workload does not fit in the simulated memory"
+        assert self.buf <= self.map.size, "workload does not fit in the memory map"
         return addr
 
     def post(self, qpn: int, opcode: int, length: int, *, flags=WqeFlags.SIGNALED, **kw) -> Wqe:
@@ -116,7 +148,7 @@ class WorkloadBuilder:
         if flags & WqeFlags.INLINE:
             kw["inline_data"] = data[:INLINE_MAX_UD if ud else INLINE_MAX_RC]
         elif opcode == WqeOpcode.RDMA_READ or length >= (1 << 20):
-            kw.setdefault("local_addr", BUFFERS)
+            kw.setdefault("local_addr", self.map.buffers)
         else:
             kw.setdefault("local_addr", self.buffer(data))
         kw.setdefault("wr_id", self.rng.randrange(1 << 64))
@@ -145,7 +177,7 @@ class WorkloadBuilder:
                 pi = self.drv.sq_pi[qpn]
             writes += [(REG["DB_QPN"].offset, qpn), (REG["DB_SQ_PI"].offset, pi)]
         writes.append((REG["CONTROL"].offset, 1))
-        return Workload(self.mem, self.config, writes, list(self.qpns), list(self.cqns), self.max_qps)
+        return Workload(self.mem, self.config, writes, list(self.qpns), list(self.cqns), self.max_qps, self.map)
 
 
 def random_length(rng: random.Random, mtu: int, max_len: int) -> int:
