@@ -1,5 +1,6 @@
 """Synthesis: the CLI's arguments, messages and report rendering (fast, no tools), and smoke runs of
-the out-of-context flow on tiny blocks (slow: needs YoWASP, ``pip install -e '.[fpga]'``)."""
+the out-of-context flow on tiny blocks (YoWASP yosys and nextpnr-ecp5 come with the ``test`` extra;
+the ECP5 adder runs in CI, the others are ``slow``)."""
 
 import json
 import subprocess
@@ -202,8 +203,9 @@ def fpga_tools(monkeypatch):
     monkeypatch.chdir(ROOT)
 
 
-@pytest.mark.slow
 def test_ecp5_adder(fpga_tools):
+    """CI's smoke synthesis: the whole ECP5 flow (yosys, nextpnr, report) on a 16-bit adder; about
+    90 s on a fresh machine, most of it YoWASP compiling the tools once."""
     r = synth.synthesize(_Adder, "smoke-adder16", device="ecp5-25f", target_mhz=100)
     assert r["wrapper_ff"] == 48
     assert r["ff"] == 48 + 16
