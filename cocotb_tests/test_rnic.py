@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import collections
 import json
-import logging
 import os
 import random
 from pathlib import Path

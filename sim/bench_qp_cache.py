@@ -64,11 +64,13 @@ def synth(entries_list=(16, 64), ways=4, device="ecp5-25f", target_mhz=156.25, r
 
 
 def main(argv=None):
+    from rnic.fpga.synth import DEVICES
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--entries", type=int, default=16)
     p.add_argument("--ways", type=int, default=4)
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--synth", action="store_true", help="also synthesize for ECP5-25F at 16 and 64 entries")
+    p.add_argument("--synth", action="store_true", help="also synthesize at 16 and 64 entries (--device)")
+    p.add_argument("--device", default="ecp5-25f", choices=sorted(DEVICES), help="device for --synth (default ecp5-25f; see rnic.fpga synth)")
     p.add_argument("--synth-entries", type=int, nargs="+", default=[16, 64])
     p.add_argument("--router", choices=("router1", "router2"), help="nextpnr router (default nextpnr's)")
     p.add_argument("--no-sim", action="store_true", help="skip the simulation measurements")
@@ -86,10 +88,10 @@ def main(argv=None):
         print(f"  50% hits, 200-clk memory:  {r['hit50_mem200_lookups_per_clock']:.4f} lookups/clock "
               f"(measured hit ratio {r['hit50_mem200_hit_ratio']:.2f})")
     if a.synth:
-        results["synth"] = synth(a.synth_entries, a.ways, router=a.router)
+        results["synth"] = synth(a.synth_entries, a.ways, device=a.device, router=a.router)
         for r in results["synth"]:
             own_ff = r.get("ff", 0) - r.get("wrapper_ff", 0)
-            print(f"  ECP5-25F {r['entries']} entries {r['ways']}-way: LUT4 {r.get('lut4')}  FF {r.get('ff')} "
+            print(f"  {r['device']} {r['entries']} entries {r['ways']}-way: LUT4 {r.get('lut4')}  FF {r.get('ff')} "
                   f"(block {own_ff}, port wrapper {r.get('wrapper_ff')})  DP16KD {r.get('bram')}  "
                   f"Fmax {r.get('fmax_mhz')} MHz  fits={r.get('fits')} timing_met@{r['target_mhz']}={r.get('timing_met')}")
     if a.json:
