@@ -308,6 +308,8 @@ async def _bench_latency(tb, mem_latency):
     await tb.reset()
     for offset, value in w.writes:                     # configuration, ENABLE = 1
         await tb.axil.write_dword(offset, value)
+    while not (await tb.read_reg("STATUS")) & 1:       # the engine's clear after reset is not timed
+        await ClockCycles(dut.clk, 10)
     watch = FrameClock(dut)
     out = {"mem_latency": mem_latency}
     for name, pi in (("miss", 1), ("hit", 2)):

@@ -78,10 +78,12 @@ class BoardTop(Elaboratable):
         return m
 
 
-def build_board(board: str, out: Path, *, seed: int = 1, **selftest_kwargs) -> dict:
+def build_board(board: str, out: Path, *, seed: int = 1, router: str | None = "router2", **selftest_kwargs) -> dict:
     """Build the bitstream of the self-test for ``board`` in ``out`` (a relative folder: YoWASP
     tools cannot see absolute paths into the system temp folder). Returns the report that is also
-    written to ``out/board.json``. A failing tool (also nextpnr missing the board's clock) raises
+    written to ``out/board.json``. ``router`` is nextpnr's router: router2 by default, because
+    router1 had not resolved the whole engine's congestion on the 85F after 25 minutes (overused
+    wires going up again). A failing tool (also nextpnr missing the board's clock) raises
     ``RuntimeError`` with the end of its log."""
     from .synth import DEVICES, _tool, tool_versions
 
@@ -98,7 +100,8 @@ def build_board(board: str, out: Path, *, seed: int = 1, **selftest_kwargs) -> d
     try:
         # prepare + execute, not build(): build() also demands the board's programmer (openFPGALoader)
         plan = platform.prepare(top, name="selftest", synth_opts="-abc9",
-                                nextpnr_opts=f"--seed {seed} --report report.json")
+                                nextpnr_opts=f"--seed {seed} --report report.json"
+                                             + (f" --router {router}" if router else ""))
         plan.execute_local(str(out))
     except Exception as err:
         log = out / "selftest.tim"
@@ -120,7 +123,7 @@ def build_board(board: str, out: Path, *, seed: int = 1, **selftest_kwargs) -> d
         "lut4": used("TRELLIS_COMB"), "ff": used("TRELLIS_FF"), "bram": used("DP16KD"),
         "lutram": used("TRELLIS_RAMW"), "dsp": used("MULT18X18D"),
         "available": {"lut4": dev.lut4, "ff": dev.ff, "bram": dev.bram, "dsp": dev.dsp},
-        "clock_mhz": 25.0, "fmax_mhz": fmax, "seed": seed, "seconds": seconds,
+        "clock_mhz": 25.0, "fmax_mhz": fmax, "seed": seed, "router": router, "seconds": seconds,
         "tools": tool_versions(BOARDS[board][2]),
     }
     (out / "board.json").write_text(json.dumps(report, indent=2) + "\n")

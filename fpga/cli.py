@@ -63,6 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--out", type=Path, default=None, metavar="DIR",
                    help="build folder, relative to the current one (default build/board/<board>)")
     b.add_argument("--seed", type=int, default=1, metavar="S", help="nextpnr placement seed (default 1)")
+    b.add_argument("--router", choices=("router1", "router2"), default="router2",
+                   help="nextpnr router (default router2: router1 stalls on the whole engine's congestion)")
     b.add_argument("--no-sink-pause", action="store_true",
                    help="frame sink always ready (default: not ready one clock in four, pseudo-randomly)")
     parser.board = b
@@ -217,7 +219,8 @@ def board_main(args: argparse.Namespace) -> int:
     print(f"building the self-test for {args.board} in {args.out} (yosys some minutes, nextpnr up to an hour)",
           flush=True)
     try:
-        r = build_board(args.board, args.out, seed=args.seed, sink_pause=not args.no_sink_pause)
+        r = build_board(args.board, args.out, seed=args.seed, router=args.router,
+                        sink_pause=not args.no_sink_pause)
     except Exception as err:
         print(f"error: board build for {args.board} failed: {err}", file=sys.stderr)
         return 1
