@@ -48,6 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--target-mhz", type=float, default=156.25, metavar="F", help="clock target (default 156.25)")
     s.add_argument("--seed", type=int, default=1, metavar="S", help="nextpnr placement seed (default 1)")
     s.add_argument("--router", choices=("router1", "router2"), help="nextpnr router (default: nextpnr's, router1)")
+    s.add_argument("--speed", type=int, choices=(6, 7, 8), help="ECP5 speed grade (default: nextpnr's, 6)")
     s.add_argument("--name", default=None,
                    help="work folder stem: build/synth/<name>-<device>/ (default rnic, plus non-default options)")
     s.add_argument("--json", required=True, type=Path, metavar="PATH", help="write the JSON report here")
@@ -120,7 +121,8 @@ def default_name(args: argparse.Namespace) -> str:
     for value, default, tag in ((args.width, DEFAULTS["width"], "w"),
                                 (args.qp_cache, DEFAULTS["qp_cache_entries"], "qpc"),
                                 (args.qp_cache_ways, min(DEFAULTS["qp_cache_ways"], args.qp_cache), "ways"),
-                                (args.max_qps, None, "qps"), (args.max_mtu, None, "mtu"), (args.window, None, "win")):
+                                (args.max_qps, None, "qps"), (args.max_mtu, None, "mtu"), (args.window, None, "win"),
+                                (args.speed, None, "speed")):
         if value is not None and value != default:
             name += f"-{tag}{value}"
     return name
@@ -189,7 +191,7 @@ def render_markdown(report: dict) -> str:
         ff_text += f", {report['wrapper_ff']} of them port registers"
     tools = report.get("tools", {})
     rows = [
-        ("Device", report.get("device", "–")),
+        ("Device", report.get("device", "–") + (f", speed grade {report['speed']}" if report.get("speed") else "")),
         ("Configuration", cfg_text),
         ("LUT4", _count(report.get("lut4"), avail.get("lut4"))),
         ("FF", ff_text),
@@ -249,7 +251,7 @@ def main(argv: list[str] | None = None, *, factory=None) -> int:
         engine = None if factory else build_engine(args)
         config = engine_config(args, engine)
         report = synthesize(factory or (lambda: engine), name, device=args.device, target_mhz=args.target_mhz,
-                            seed=args.seed, router=args.router)
+                            seed=args.seed, router=args.router, speed=args.speed)
     except Exception as err:
         print(f"error: synthesis of {name} for {args.device} failed: {err}", file=sys.stderr)
         return 1

@@ -178,7 +178,7 @@ def _read_cells(path: Path) -> dict[str, int]:
 
 
 def synthesize(component_factory, name: str, *, device: str = "ecp5-25f", target_mhz: float = 156.25,
-               workdir: Path | None = None, seed: int = 1, router: str | None = None) -> dict:
+               workdir: Path | None = None, seed: int = 1, router: str | None = None, speed: int | None = None) -> dict:
     """Synthesize ``component_factory()`` out of context on ``device``; return a report dict.
 
     Keys: ``device``, ``name``, ``lut4``, ``ff``, ``wrapper_ff``, ``bram``, ``lutram`` (TRELLIS_RAMW
@@ -189,12 +189,15 @@ def synthesize(component_factory, name: str, *, device: str = "ecp5-25f", target
     total), ``seed``, ``workdir``, ``rtlil_sha256`` (of the synthesized netlist) and, after
     place-and-route, ``utilisation`` (nextpnr's own table).
     ``router`` (``router1`` or ``router2``) picks nextpnr's router; default nextpnr's own (router1).
+    ``speed`` (ECP5: 6, 7 or 8) is the speed grade; default nextpnr's, 6 (the slowest).
     A tool failure raises ``RuntimeError`` with the end of the tool's log unless the failure is the
     fit itself, which is reported as ``fits: False``.
     """
     if device not in DEVICES:
         raise ValueError(f"device must be one of {sorted(DEVICES)}, not {device!r}")
     dev = DEVICES[device]
+    if speed is not None and (dev.family != "ecp5" or speed not in (6, 7, 8)):
+        raise ValueError(f"speed grade must be 6, 7 or 8 on ECP5 (none on iCE40), not {speed!r} on {device}")
     yosys, pnr = _tools(dev.family)
     os.environ.setdefault("AMARANTH_USE_YOSYS", "builtin")
     from amaranth.back import rtlil
@@ -220,7 +223,7 @@ def synthesize(component_factory, name: str, *, device: str = "ecp5-25f", target
     counts = yosys_counts(cells, dev.family)
 
     report = {"device": device, "name": name, "target_mhz": target_mhz, "wrapper_ff": top.wrapper_ff,
-              "seed": seed, "workdir": str(workdir), "rtlil_sha256": hashlib.sha256(il.encode()).hexdigest(),
+              "seed": seed, "speed": speed or 6 if dev.family == "ecp5" else None, "workdir": str(workdir), "rtlil_sha256": hashlib.sha256(il.encode()).hexdigest(),
               "available": {"lut4": dev.lut4, "ff": dev.ff, "bram": dev.bram, "dsp": dev.dsp},
               "yosys_cells": cells}
 
@@ -247,6 +250,8 @@ def synthesize(component_factory, name: str, *, device: str = "ecp5-25f", target
            "--timing-allow-fail", "--report", "report.json", "--log", "nextpnr.log", "-q"]
     if dev.family == "ecp5":
         cmd.insert(cmd.index("--freq"), "--out-of-context")
+        if speed is not None:
+            cmd += ["--speed", str(speed)]
     if router is not None:
         if router not in ("router1", "router2"):
             raise ValueError(f"router must be router1 or router2, not {router!r}")

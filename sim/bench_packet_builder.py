@@ -123,6 +123,7 @@ def main(argv=None) -> int:
     parser.add_argument("--widths", default="64,128,256,512", help="comma-separated datapath widths")
     parser.add_argument("--synth", action="store_true", help="also synthesize W=64 for ECP5-25F")
     parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--speed", type=int, choices=(6, 7, 8), help="ECP5 speed grade for --synth (default 6)")
     args = parser.parse_args(argv)
     from rnic.sim.toolchain import seed_from_env
 
@@ -150,10 +151,11 @@ def main(argv=None) -> int:
         from rnic.fpga.synth import synthesize
         from rnic.hdl.packet_builder import PacketBuilder
 
-        r = synthesize(lambda: PacketBuilder(64), "packet_builder-w64")
+        name = "packet_builder-w64" + (f"-speed{args.speed}" if args.speed else "")
+        r = synthesize(lambda: PacketBuilder(64), name, speed=args.speed)
         fmax = ", ".join(f"{k} {v:.1f} MHz" for k, v in r.get("fmax_mhz", {}).items())
         print()
-        print(f"ECP5 ({r['device']}), PacketBuilder(64), ports registered:")
+        print(f"ECP5 ({r['device']}, speed grade {r['speed']}), PacketBuilder(64), ports registered:")
         print(f"  LUT4 {r.get('lut4')}, FF {r.get('ff')} (of which {r['wrapper_ff']} port registers), "
               f"BRAM {r.get('bram')}, Fmax {fmax} (target {r['target_mhz']} MHz, met: {r['timing_met']}, "
               f"fits: {r['fits']})")

@@ -237,3 +237,12 @@ def test_ice40_does_not_fit_skips_place_and_route(fpga_tools):
     assert not r["fits"] and r["pnr"] == "skipped" and r["timing_met"] is None
     assert r["ff"] == 6000 and r["wrapper_ff"] == 4000 and r["fmax_mhz"] == {}
     assert r["message"].startswith("does not fit ice40-up5k: 6000 FF > 5280")
+
+
+def test_speed_grade_is_checked_before_any_tool_runs():
+    for device, speed in (("ecp5-25f", 5), ("ice40-hx8k", 8)):
+        with pytest.raises(ValueError, match="speed grade"):
+            synth.synthesize(_Adder, "never-run", device=device, speed=speed)
+    args = cli.parse_args(_args("--speed", "8"))
+    assert args.speed == 8 and cli.default_name(args) == "rnic-speed8"
+
