@@ -78,13 +78,13 @@ class BoardTop(Elaboratable):
         return m
 
 
-def build_board(board: str, out: Path, *, seed: int = 1, router: str | None = "router2", **selftest_kwargs) -> dict:
+def build_board(board: str, out: Path, *, seed: int = 1, router: str | None = None, **selftest_kwargs) -> dict:
     """Build the bitstream of the self-test for ``board`` in ``out`` (a relative folder: YoWASP
     tools cannot see absolute paths into the system temp folder). Returns the report that is also
-    written to ``out/board.json``. ``router`` is nextpnr's router: router2 by default, because
-    router1 had not resolved the whole engine's congestion on the 85F after 25 minutes (overused
-    wires going up again). A failing tool (also nextpnr missing the board's clock) raises
-    ``RuntimeError`` with the end of its log."""
+    written to ``out/board.json``. ``router`` (``router1`` or ``router2``) is nextpnr's router,
+    default nextpnr's own (router1): on this design router2 stalls with thousands of overused
+    wires, while router1 converges slowly (docs/fpga.md). A failing tool (also nextpnr missing the
+    board's clock) raises ``RuntimeError`` with the end of its log."""
     from .synth import DEVICES, _tool, tool_versions
 
     if board not in BOARDS:

@@ -64,8 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--out", type=Path, default=None, metavar="DIR",
                    help="build folder, relative to the current one (default build/board/<board>)")
     b.add_argument("--seed", type=int, default=1, metavar="S", help="nextpnr placement seed (default 1)")
-    b.add_argument("--router", choices=("router1", "router2"), default="router2",
-                   help="nextpnr router (default router2: router1 stalls on the whole engine's congestion)")
+    b.add_argument("--router", choices=("router1", "router2"),
+                   help="nextpnr router (default: nextpnr's, router1; router2 stalls on this design)")
     b.add_argument("--no-sink-pause", action="store_true",
                    help="frame sink always ready (default: not ready one clock in four, pseudo-randomly)")
     parser.board = b

@@ -124,7 +124,7 @@ def test_board_cli_usage_errors():
         assert r.returncode == 2, r.stderr
         assert "--board" in r.stderr or "--out" in r.stderr
     args = cli.parse_args(["board", "--board", "ulx3s-85f"])
-    assert str(args.out) == "build/board/ulx3s-85f" and args.router == "router2" and args.seed == 1
+    assert str(args.out) == "build/board/ulx3s-85f" and args.router is None and args.seed == 1
 
 
 def test_board_top_pins_and_clock():
