@@ -29,7 +29,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import time
 from pathlib import Path
 
@@ -85,7 +84,7 @@ def build_board(board: str, out: Path, *, seed: int = 1, router: str | None = No
     default nextpnr's own (router1): on this design router2 stalls with thousands of overused
     wires, while router1 converges slowly (docs/fpga.md). A failing tool (also nextpnr missing the
     board's clock) raises ``RuntimeError`` with the end of its log."""
-    from .synth import DEVICES, _tool, tool_versions
+    from .synth import DEVICES, _tool, ecp5_used, pnr_fmax, tool_versions
 
     if board not in BOARDS:
         raise ValueError(f"board must be one of {sorted(BOARDS)}, not {board!r}")
@@ -109,21 +108,14 @@ def build_board(board: str, out: Path, *, seed: int = 1, router: str | None = No
         raise RuntimeError(f"{err}\n{tail}") from err
     seconds = round(time.monotonic() - t0, 1)
     pnr = json.loads((out / "report.json").read_text())
-    util = pnr.get("utilization", {})
-
-    def used(cell):
-        return util.get(cell, {}).get("used", 0)
-
-    fmax = {re.sub(r"\$.*", "", clk): round(v["achieved"], 2) for clk, v in pnr.get("fmax", {}).items()}
     bit = out / "selftest.bit"
     dev = DEVICES[BOARDS[board][2]]
     report = {
         "board": board, "device": BOARDS[board][2], "bitstream": str(bit),
         "bitstream_sha256": hashlib.sha256(bit.read_bytes()).hexdigest(), "bitstream_bytes": bit.stat().st_size,
-        "lut4": used("TRELLIS_COMB"), "ff": used("TRELLIS_FF"), "bram": used("DP16KD"),
-        "lutram": used("TRELLIS_RAMW"), "dsp": used("MULT18X18D"),
+        **ecp5_used(pnr),
         "available": {"lut4": dev.lut4, "ff": dev.ff, "bram": dev.bram, "dsp": dev.dsp},
-        "clock_mhz": 25.0, "fmax_mhz": fmax, "seed": seed, "router": router, "seconds": seconds,
+        "clock_mhz": 25.0, "fmax_mhz": pnr_fmax(pnr), "seed": seed, "router": router, "seconds": seconds,
         "tools": tool_versions(BOARDS[board][2]),
     }
     (out / "board.json").write_text(json.dumps(report, indent=2) + "\n")

@@ -47,7 +47,9 @@ from ..sim.scenario import CHECKED_REGS, MemoryMap, Workload, WorkloadBuilder, e
 
 __all__ = ["SELFTEST_MAP", "Fail", "Op", "selftest_workload", "AxiRam", "SelfTest"]
 
-_RNIC_DEFAULTS = inspect.signature(Rnic.__init__).parameters
+#: ``Rnic``'s keyword defaults, so the model of the engine is built for what ``Rnic(**kwargs)`` builds.
+_RNIC_DEFAULTS = {name: p.default for name, p in inspect.signature(Rnic.__init__).parameters.items()
+                  if p.kind is p.KEYWORD_ONLY}
 
 #: 32 KiB of host memory: QP contexts, CQ contexts, 16-entry CQ and send rings, 16 KiB of payload.
 SELFTEST_MAP = MemoryMap(size=0x8000, qpc_base=0x0000, cq_base=0x0400, cq_rings=0x0800, cq_stride=0x200,
@@ -207,11 +209,11 @@ class SelfTest(wiring.Component):
     def __init__(self, workload: Workload | None = None, *, sink_pause: bool = True, timeout: int = 1 << 22,
                  **rnic_kwargs):
         self.rnic_kwargs = rnic_kwargs
+        cfg = {**_RNIC_DEFAULTS, **rnic_kwargs}
         # the model of this engine: CAPS and the doorbell check depend on max_qps
-        self.workload = w = dataclasses.replace(workload or selftest_workload(),
-                                                max_qps=rnic_kwargs.get("max_qps", _RNIC_DEFAULTS["max_qps"].default))
-        self.width = width = rnic_kwargs.get("width", 64)
-        max_mtu = rnic_kwargs.get("max_mtu", 4096)
+        self.workload = w = dataclasses.replace(workload or selftest_workload(), max_qps=cfg["max_qps"])
+        self.width = width = cfg["width"]
+        max_mtu = cfg["max_mtu"]
         self.sink_pause, self.timeout = sink_pause, timeout
         self.model = model = expected(w, width=width, max_mtu=max_mtu)
         beat = width // 8

@@ -38,7 +38,7 @@ from pathlib import Path
 from amaranth import Module, Value
 from amaranth.lib import wiring
 
-__all__ = ["DEVICES", "Device", "synthesize", "tool_versions", "yosys_counts"]
+__all__ = ["DEVICES", "Device", "synthesize", "tool_versions", "yosys_counts", "pnr_fmax", "ecp5_used"]
 
 
 @dataclass(frozen=True)
@@ -97,6 +97,24 @@ def tool_versions(device: str = "ecp5-25f") -> dict:
         except PackageNotFoundError:
             pass
     return out
+
+
+def pnr_fmax(pnr_report: dict) -> dict:
+    """Achieved Fmax (MHz) per clock domain from nextpnr's ``--report`` JSON, keyed by the clock
+    net's name without nextpnr's decorations (``$glbnet$clk`` and ``clk$...`` are ``clk``)."""
+    out = {}
+    for clk, v in pnr_report.get("fmax", {}).items():
+        name = re.sub(r"\$.*", "", clk.removeprefix("$glbnet$")) or clk
+        out[name] = round(v["achieved"], 2)
+    return out
+
+
+def ecp5_used(pnr_report: dict) -> dict:
+    """``lut4`` / ``ff`` / ``bram`` / ``lutram`` / ``dsp`` used, from nextpnr-ecp5's ``--report`` JSON."""
+    util = pnr_report.get("utilization", {})
+    cells = {"lut4": "TRELLIS_COMB", "ff": "TRELLIS_FF", "bram": "DP16KD", "lutram": "TRELLIS_RAMW",
+             "dsp": "MULT18X18D"}
+    return {key: util.get(cell, {}).get("used", 0) for key, cell in cells.items()}
 
 
 class _PortRegisters(wiring.Component):
@@ -223,7 +241,7 @@ def synthesize(component_factory, name: str, *, device: str = "ecp5-25f", target
     counts = yosys_counts(cells, dev.family)
 
     report = {"device": device, "name": name, "target_mhz": target_mhz, "wrapper_ff": top.wrapper_ff,
-              "seed": seed, "speed": speed or 6 if dev.family == "ecp5" else None, "workdir": str(workdir), "rtlil_sha256": hashlib.sha256(il.encode()).hexdigest(),
+              "seed": seed, "speed": (speed or 6) if dev.family == "ecp5" else None, "workdir": str(workdir), "rtlil_sha256": hashlib.sha256(il.encode()).hexdigest(),
               "available": {"lut4": dev.lut4, "ff": dev.ff, "bram": dev.bram, "dsp": dev.dsp},
               "yosys_cells": cells}
 
@@ -273,10 +291,9 @@ def synthesize(component_factory, name: str, *, device: str = "ecp5-25f", target
     def used(cell):
         return util.get(cell, {}).get("used", 0)
 
-    fmax = {re.sub(r"\$.*", "", clk): round(v["achieved"], 2) for clk, v in pnr_report.get("fmax", {}).items()}
+    fmax = pnr_fmax(pnr_report)
     if dev.family == "ecp5":
-        res = dict(lut4=used("TRELLIS_COMB"), ff=used("TRELLIS_FF"), bram=used("DP16KD"),
-                   lutram=used("TRELLIS_RAMW"), dsp=used("MULT18X18D"))
+        res = ecp5_used(pnr_report)
     else:
         res = dict(estimate, bram=used("ICESTORM_RAM"), dsp=used("ICESTORM_DSP"), logic_cells=used("ICESTORM_LC"))
     return finish(True, **res, fmax_mhz=fmax,

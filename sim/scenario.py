@@ -20,7 +20,8 @@ from ..model.descriptor import LinkMode
 from ..model.engine import Driver, EngineConfig, EngineModel, HostMemory, SgidEntry
 from ..model.qpc import RECORD_BYTES, PathMtu, QpContext, QpState, ServiceType
 from ..model.regs import COUNTER_NAMES, REG
-from ..model.wqe import (CQ_RECORD_BYTES, CQE_BYTES, INLINE_MAX_RC, INLINE_MAX_UD, Wqe, WqeFlags, WqeOpcode)
+from ..model.wqe import (CQ_RECORD_BYTES, CQE_BYTES, INLINE_MAX_RC, INLINE_MAX_UD, WQE_BYTES, Wqe, WqeFlags,
+                         WqeOpcode)
 
 __all__ = ["MemoryMap", "DEFAULT_MAP", "MEM_SIZE", "QPC_BASE", "CQ_BASE", "CQ_RINGS", "SQ_RINGS", "BUFFERS", "Workload", "WorkloadBuilder", "random_workload",
            "every_opcode_workload", "text_payload", "expected", "compare", "CHECKED_REGS"]
@@ -46,7 +47,7 @@ class MemoryMap:
 
     @property
     def log_sq(self) -> int:
-        return (self.sq_stride // 64).bit_length() - 1
+        return (self.sq_stride // WQE_BYTES).bit_length() - 1
 
 
 DEFAULT_MAP = MemoryMap()
@@ -122,7 +123,7 @@ class WorkloadBuilder:
         kw.setdefault("state", QpState.RTS)
         kw.setdefault("next_psn", rng.randrange(1 << 24))
         kw.setdefault("log_sq_size", self.map.log_sq)
-        assert (64 << kw["log_sq_size"]) <= self.map.sq_stride, "SQ ring larger than the memory map's stride"
+        assert (WQE_BYTES << kw["log_sq_size"]) <= self.map.sq_stride, "SQ ring larger than the memory map's stride"
         kw.setdefault("sgid_index", rng.randrange(len(SGIDS)))
         ctx = QpContext(service=service, link_mode=mode, path_mtu=mtu, cqn=qpn if cqn is None else cqn,
                         sq_base=self.map.sq_rings + qpn * self.map.sq_stride, dest_qpn=rng.randrange(1 << 24),

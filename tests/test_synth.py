@@ -246,3 +246,11 @@ def test_speed_grade_is_checked_before_any_tool_runs():
     args = cli.parse_args(_args("--speed", "8"))
     assert args.speed == 8 and cli.default_name(args) == "rnic-speed8"
 
+
+def test_pnr_report_parsing():
+    report = {"fmax": {"$glbnet$clk": {"achieved": 38.8412, "constraint": 25.0}},
+              "utilization": {"TRELLIS_COMB": {"used": 35035, "available": 83640}, "DP16KD": {"used": 34}}}
+    assert synth.pnr_fmax(report) == {"clk": 38.84}
+    assert synth.pnr_fmax({"fmax": {"clk": {"achieved": 144.2}}}) == {"clk": 144.2}
+    assert synth.ecp5_used(report) == {"lut4": 35035, "ff": 0, "bram": 34, "lutram": 0, "dsp": 0}
+
