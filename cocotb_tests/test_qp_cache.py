@@ -23,7 +23,7 @@ import cocotb
 from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, RisingEdge
 
-from rnic.model.qpc import (COUNTER_NAMES, COUNTER_WIDTH, RECORD_BYTES, BusError, CtrlOp, HostTable, Op,
+from rnic.model.qpc import (CACHED_BYTES, COUNTER_NAMES, COUNTER_WIDTH, RECORD_BYTES, BusError, CtrlOp, HostTable, Op,
                             QpcCacheConfig, QpcCacheModel, QpContext, QpState, Status)
 from rnic.sim.harness import set_pause
 
@@ -219,9 +219,9 @@ class TB:
         assert r["qpn"] == qpn, f"tag {tag}: qpn {r['qpn']:#x} != {qpn:#x}"
         assert r["status"] == status, f"tag {tag} qpn {qpn:#x}: status {Status(r['status']).name} != {status.name}"
         if status == Status.OK:
-            got = r["record"].to_bytes(RECORD_BYTES, "little")
+            got = r["record"].to_bytes(CACHED_BYTES, "little")
             if got != record:
-                a, b = QpContext.unpack(got), QpContext.unpack(record)
+                a, b = (QpContext.unpack(x.ljust(RECORD_BYTES, b"\0")) for x in (got, record))
                 diff = {k: (getattr(a, k), getattr(b, k)) for k in vars(a) if getattr(a, k) != getattr(b, k)}
                 raise AssertionError(f"tag {tag} qpn {qpn:#x}: record differs (got, want): {diff}")
         self.responses += 1

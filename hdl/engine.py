@@ -41,7 +41,7 @@ from ..model.wqe import INLINE_MAX_RC, INLINE_MAX_UD, MAX_MESSAGE, WQE_FIELDS, C
 from .bus import AXI4Signature, PacketStream
 from .completion import CqeWriter, CqOp, cq_cmd_layout, err_layout
 from .descriptor import DescriptorLayout
-from .qp_cache import Op, QpState, Status, record_layout, request_layout, response_layout
+from .qp_cache import Op, QpState, Status, cached_layout, request_layout, response_layout
 
 __all__ = ["wqe_layout", "inc_layout", "doorbell_layout", "cq_doorbell_layout", "rd_cmd_layout",
            "DescriptorEngine", "FrameGate"]
@@ -150,7 +150,7 @@ class DescriptorEngine(wiring.Component):
         # --- state ----------------------------------------------------------------------------------
         qpn = Signal(24)
         pi = Signal(16)
-        ctx = Signal(record_layout)
+        ctx = Signal(cached_layout)
         wqe_raw = Signal(512)
         wqe = data.View(wqe_layout, wqe_raw)
         offset = Signal(32)            # byte offset of the current message (partial messages)

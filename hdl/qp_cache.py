@@ -2,8 +2,10 @@
 
 Architecture (the shape of minerva's cache, plus one miss-status holding register):
 
-* tags, valid and dirty bits in flip-flops (all ways of a set compared in one cycle), record data in
-  a :class:`~amaranth.lib.memory.Memory` of ``entries`` x 1024 bits with one synchronous read port
+* tags in a memory with one row per set and one QPN lane per way, read asynchronously (LUT RAM),
+  valid and dirty bits in flip-flops (all ways of a set compared in one cycle), record data in
+  a :class:`~amaranth.lib.memory.Memory` of ``entries`` x 640 bits (the record's first
+  :data:`~rnic.model.qpc.CACHED_BYTES` bytes, which hold every field) with one synchronous read port
   and one write port. The read port is not transparent: a read of the entry ``s2_`` writes at the
   same edge is forwarded from ``fwd_rec`` (the last record written) instead;
 * a two-stage pipeline: the accept clock (``s0``) compares the incoming QPN and registers the entry
@@ -12,7 +14,7 @@ Architecture (the shape of minerva's cache, plus one miss-status holding registe
   engine update, writes the record back to the data memory and presents the response. A hit is
   answered two clocks after the request is accepted, one request per clock;
 * one MSHR (``mshr_``): a miss hides its victim way, reads the victim through the read port (one
-  bubble), fetches the record with one 16-beat AXI4 burst and, in parallel, writes the victim's 16
+  bubble), fetches the record's cached bytes with one 10-beat AXI4 burst and, in parallel, writes the victim's 16
   mutable bytes back (2-beat burst) if it is dirty. Hits
   to other QPs keep flowing meanwhile; a second miss waits in ``s1_``. When both bursts are done
   the MSHR installs the tag and injects the fill into ``s2_``, which answers the request. Responses
@@ -32,12 +34,12 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
 from ..model import qpc as _model
-from ..model.qpc import (ARG_WIDTH, COUNTER_NAMES, COUNTER_WIDTH, MUTABLE_BYTES, QPC_FIELDS, QPN_WIDTH,
-                         RECORD_BITS, RECORD_BYTES, QpcCacheConfig)
+from ..model.qpc import (ARG_WIDTH, CACHED_BITS, CACHED_BYTES, COUNTER_NAMES, COUNTER_WIDTH, MUTABLE_BYTES,
+                         QPC_FIELDS, QPN_WIDTH, RECORD_BITS, RECORD_BYTES, QpcCacheConfig)
 from .bus import AXI4Signature
 
-__all__ = ["Op", "CtrlOp", "Status", "QpState", "record_layout", "request_layout", "response_layout",
-           "ctrl_layout", "ack_layout", "counters_layout", "QpCache", "QpcCacheConfig"]
+__all__ = ["Op", "CtrlOp", "Status", "QpState", "record_layout", "cached_layout", "request_layout",
+           "response_layout", "ctrl_layout", "ack_layout", "counters_layout", "QpCache", "QpcCacheConfig"]
 
 
 class Op(enum.Enum, shape=3):
@@ -73,11 +75,18 @@ class QpState(enum.Enum, shape=4):
     ERROR = _model.QpState.ERROR
 
 
+
+def _fields_layout(bits):
+    return data.FlexibleLayout(bits, {
+        name: data.Field(QpState if name == "state" else unsigned(width), offset)
+        for name, offset, width in QPC_FIELDS
+    })
+
+
 #: The 1024-bit record with named fields at the offsets of :data:`rnic.model.qpc.QPC_FIELDS`.
-record_layout = data.FlexibleLayout(RECORD_BITS, {
-    name: data.Field(QpState if name == "state" else unsigned(width), offset)
-    for name, offset, width in QPC_FIELDS
-})
+record_layout = _fields_layout(RECORD_BITS)
+#: The record's first :data:`~rnic.model.qpc.CACHED_BYTES` bytes, the same fields: what the cache holds.
+cached_layout = _fields_layout(CACHED_BITS)
 
 
 def request_layout(cfg):
@@ -86,17 +95,18 @@ def request_layout(cfg):
 
 
 def response_layout(cfg):
-    """Response: ``status``, the request's ``tag`` and ``qpn``, and the record after the update
-    (``record`` is meaningful only when ``status`` is OK)."""
+    """Response: ``status``, the request's ``tag`` and ``qpn``, and the record's cached bytes after
+    the update (``record`` is meaningful only when ``status`` is OK)."""
     return data.StructLayout({"status": Status, "tag": cfg.tag_width, "qpn": QPN_WIDTH,
-                              "record": record_layout})
+                              "record": cached_layout})
 
 
 ctrl_layout = data.StructLayout({"op": CtrlOp, "qpn": QPN_WIDTH, "record": record_layout})
 ack_layout = data.StructLayout({"status": Status})
 counters_layout = data.StructLayout({name: COUNTER_WIDTH for name in COUNTER_NAMES})
 
-_BEATS = RECORD_BYTES // 8          # 64-bit AXI data: 16 beats per record
+_BEATS = RECORD_BYTES // 8          # 64-bit AXI data: 16 beats per record (MODIFY)
+_FILL_BEATS = CACHED_BYTES // 8     # 10 beats per fetch
 _WB_BEATS = MUTABLE_BYTES // 8      # 2 beats of write-back
 _REC_SHIFT = ceil_log2(RECORD_BYTES)
 
@@ -192,20 +202,27 @@ class QpCache(wiring.Component):
             return Cat(way[:way_bits] if way_bits else Const(0, 0), set_[:set_bits] if set_bits else Const(0, 0))
 
         # ---- storage ------------------------------------------------------------------------
-        m.submodules.data_mem = data_mem = Memory(shape=unsigned(RECORD_BITS), depth=E, init=[])
+        m.submodules.data_mem = data_mem = Memory(shape=unsigned(CACHED_BITS), depth=E, init=[])
         wp = data_mem.write_port()
         rp = data_mem.read_port()            # not transparent: see fwd_rec
 
-        tags = [Signal(QPN_WIDTH, name=f"tag{i}") for i in range(E)]
+        # Tags: one row per set, one QPN lane per way, read asynchronously (LUT RAM on the ECP5),
+        # so the set selection is the memory's own decoder, not a multiplexer tree over flip-flops.
+        # Three read ports: the s0 compare, the s1 compare, and the MSHR / control (an entry's tag).
+        m.submodules.tag_mem = tag_mem = Memory(shape=unsigned(QPN_WIDTH * W), depth=max(S, 2), init=[])
+        tag_wp = tag_mem.write_port(granularity=QPN_WIDTH)
+        tag_rp = [tag_mem.read_port(domain="comb") for _ in range(3)]
         valid = [Signal(name=f"valid{i}") for i in range(E)]
         dirty = [Signal(name=f"dirty{i}") for i in range(E)]
-        tag_a, valid_a, dirty_a = Array(tags), Array(valid), Array(dirty)
+        valid_a, dirty_a = Array(valid), Array(dirty)
         plru_w = max(W - 1, 1)
         plru = Array(Signal(plru_w, name=f"plru{s}") for s in range(S))
 
         # per-way views indexed by set
-        way_tag = [Array(tags[s * W + w] for s in range(S)) for w in range(W)]
         way_valid = [Array(valid[s * W + w] for s in range(S)) for w in range(W)]
+
+        def lane(port, w):
+            return port.data[QPN_WIDTH * w:QPN_WIDTH * (w + 1)]
 
         cnt = Signal(counters_layout)
         m.d.comb += self.counters.eq(cnt)
@@ -219,7 +236,7 @@ class QpCache(wiring.Component):
         s2_valid = Signal()
         s2_from_fill = Signal()
         s2_fwd = Signal()            # s2's record comes from fwd_rec, not from the read port
-        fwd_rec = Signal(RECORD_BITS)  # last record written (or the fill): forwarding source
+        fwd_rec = Signal(CACHED_BITS)  # last record written (or the fill): forwarding source
         s2_status = Signal(Status)
         s2_req = Signal(request_layout(cfg))
         s2_idx = Signal(idx_bits)
@@ -237,7 +254,7 @@ class QpCache(wiring.Component):
         mshr_r_done = Signal()
         mshr_err = Signal()          # fetch or write-back failed
         mshr_wb_err = Signal()
-        fill_buf = Signal(RECORD_BITS)
+        fill_buf = Signal(CACHED_BITS)
 
         # ---- write engine (shared: MSHR write-back, control write-back and MODIFY) ----------
         we_start = Signal()
@@ -258,24 +275,30 @@ class QpCache(wiring.Component):
         ctrl_rd = Signal()           # control reads entry c_idx this cycle
         c_idx = Signal(idx_bits)     # entry being written back by control
 
-        def compare(qpn, name):
+        def compare(qpn, name, port):
             set_ = set_of(qpn)
-            vec = Cat(*[way_valid[w][set_] & (way_tag[w][set_] == qpn) for w in range(W)])
+            m.d.comb += port.addr.eq(set_)
+            vec = Cat(*[way_valid[w][set_] & (lane(port, w) == qpn) for w in range(W)])
             way = Signal(max(way_bits, 1), name=f"{name}_way")
             for w in range(W):
                 with m.If(vec[w]):
                     m.d.comb += way.eq(w)
             return vec.any(), way, entry(set_, way)
 
+        # the tag of one entry: the MSHR's victim while it captures it, else the control FSM's entry
+        aux_idx = Mux(mshr_cap, mshr_idx, c_idx)
+        m.d.comb += tag_rp[2].addr.eq(aux_idx[way_bits:] if set_bits else 0)
+        aux_tag = Array(lane(tag_rp[2], w) for w in range(W))[aux_idx[:way_bits] if way_bits else 0]
+
         # ===== s0: compare the incoming request, so that s1 addresses the memory from a register
-        s0_hit, _, s0_idx = compare(self.req.payload.qpn, "s0_hit")
+        s0_hit, _, s0_idx = compare(self.req.payload.qpn, "s0_hit", tag_rp[0])
         s1_hit_r = Signal()
         s1_idx_r = Signal(idx_bits)
 
         # ===== s1: tag compare (again: the tags may have changed since s0) =====================
         cmp_qpn = Mux(s1_valid, s1_req.qpn, self.ctrl.payload.qpn)
         cmp_set = set_of(cmp_qpn)
-        hit, hit_way, hit_idx = compare(cmp_qpn, "s1_hit")
+        hit, hit_way, hit_idx = compare(cmp_qpn, "s1_hit", tag_rp[1])
         bad_qpn = cmp_qpn >= self.table_size
         s1_stale = hit & (~s1_hit_r | (s1_idx_r != hit_idx))
 
@@ -345,7 +368,7 @@ class QpCache(wiring.Component):
 
         # ===== s2: update, write, respond ====================================================
         s2_data = Mux(s2_fwd, fwd_rec, rp.data)
-        rec = Signal(record_layout)
+        rec = Signal(cached_layout)
         m.d.comb += rec.eq(s2_data)
         arg = s2_req.arg
         with m.Switch(s2_req.op):
@@ -398,14 +421,14 @@ class QpCache(wiring.Component):
                 m.d.sync += count("writebacks")
                 m.d.comb += [
                     we_start.eq(1), we_from_ctrl.eq(0), we_start_len.eq(_WB_BEATS - 1),
-                    we_start_addr.eq(rec_addr(tag_a[mshr_idx])),
+                    we_start_addr.eq(rec_addr(aux_tag)),
                 ]
 
         # ===== MSHR: fetch, write-back, install ==============================================
         with m.If(axi.arvalid & axi.arready):
             m.d.sync += axi.arvalid.eq(0)
         m.d.comb += [
-            axi.arlen.eq(_BEATS - 1), axi.arsize.eq(3), axi.arburst.eq(1), axi.arid.eq(0),
+            axi.arlen.eq(_FILL_BEATS - 1), axi.arsize.eq(3), axi.arburst.eq(1), axi.arid.eq(0),
             axi.rready.eq(mshr_busy & ~mshr_r_done),
         ]
         with m.If(axi.rvalid & axi.rready):
@@ -436,7 +459,11 @@ class QpCache(wiring.Component):
                     m.d.sync += dirty_a[mshr_idx].eq(0)
             with m.Else():
                 m.d.sync += [
-                    valid_a[mshr_idx].eq(1), tag_a[mshr_idx].eq(mshr_req.qpn), dirty_a[mshr_idx].eq(0),
+                    valid_a[mshr_idx].eq(1), dirty_a[mshr_idx].eq(0),
+                ]
+                m.d.comb += [
+                    tag_wp.addr.eq(mshr_set), tag_wp.data.eq(mshr_req.qpn.replicate(W)),
+                    tag_wp.en.eq(1 << mshr_way if W > 1 else 1),
                 ]
                 if W > 1:
                     m.d.sync += plru[mshr_set].eq(_plru_touch(plru[mshr_set], W, mshr_way))
@@ -521,7 +548,7 @@ class QpCache(wiring.Component):
                 m.d.sync += [wb_buf.eq(rp.data[:MUTABLE_BYTES * 8]), count("writebacks")]
                 m.d.comb += [
                     we_start.eq(1), we_from_ctrl.eq(0), we_start_len.eq(_WB_BEATS - 1),
-                    we_start_addr.eq(rec_addr(tag_a[c_idx])),
+                    we_start_addr.eq(rec_addr(aux_tag)),
                 ]
                 m.next = "Write-Back"
             with m.State("Write-Back"):

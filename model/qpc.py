@@ -14,7 +14,9 @@ order in memory.
 
 The first :data:`MUTABLE_BYTES` bytes hold the fields the engine changes (state, PSNs, indices,
 retry counters); only they are written back on eviction. Everything else is owned by software and
-changed only by a control MODIFY, which writes the whole record.
+changed only by a control MODIFY, which writes the whole record. Every field lies in the first
+:data:`CACHED_BYTES` bytes; the cache fetches, holds and returns only those, and the bytes after
+them are reserved for the receive path (a MODIFY still writes all :data:`RECORD_BYTES`).
 
 :class:`QpcCacheModel` is the cache's policy in Python: same geometry, same victim choice (first
 invalid way, else tree pseudo-LRU), same counters. What it defines exactly:
@@ -35,7 +37,8 @@ from dataclasses import dataclass, fields as dc_fields
 from .descriptor import LinkMode
 from .record import FieldRecord, get_bits
 
-__all__ = ["RECORD_BYTES", "RECORD_BITS", "MUTABLE_BYTES", "QPN_WIDTH", "ARG_WIDTH", "COUNTER_WIDTH",
+__all__ = ["RECORD_BYTES", "RECORD_BITS", "MUTABLE_BYTES", "CACHED_BYTES", "CACHED_BITS", "QPN_WIDTH",
+           "ARG_WIDTH", "COUNTER_WIDTH",
            "QpState", "ServiceType", "PathMtu", "Status", "Op", "CtrlOp", "QPC_FIELDS", "QpContext",
            "get_field", "set_field", "apply_op", "QpcCacheConfig", "BusError", "HostTable",
            "QpcCacheModel", "COUNTER_NAMES"]
@@ -43,6 +46,8 @@ __all__ = ["RECORD_BYTES", "RECORD_BITS", "MUTABLE_BYTES", "QPN_WIDTH", "ARG_WID
 RECORD_BYTES = 128
 RECORD_BITS = RECORD_BYTES * 8
 MUTABLE_BYTES = 16          # bytes 0..15: engine-owned, written back on eviction / invalidate / flush
+CACHED_BYTES = 80           # bytes 0..79: every field; what a miss fetches and the cache returns
+CACHED_BITS = CACHED_BYTES * 8
 QPN_WIDTH = 24
 ARG_WIDTH = 24
 COUNTER_WIDTH = 32
@@ -157,7 +162,7 @@ def _check_table():
     for name, off, width in QPC_FIELDS:
         mask = ((1 << width) - 1) << off
         assert not used & mask, f"field {name} overlaps"
-        assert off + width <= RECORD_BITS
+        assert off + width <= CACHED_BITS, f"field {name} lies beyond the cached bytes"
         used |= mask
 
 
@@ -361,12 +366,14 @@ class QpcCacheModel:
         """Write the mutable bytes of a dirty line back; True if it worked."""
         self._count("writebacks")
         try:
-            self.table.write(line.qpn, line.record.to_bytes(RECORD_BYTES, "little")[:MUTABLE_BYTES])
+            self.table.write(line.qpn, line.record.to_bytes(CACHED_BYTES, "little")[:MUTABLE_BYTES])
             return True
         except BusError:
             return False
 
     def request(self, op: int, qpn: int, arg: int = 0):
+        """``(status, record)``: the first :data:`CACHED_BYTES` bytes of the record after the update,
+        or ``None`` when ``status`` is not OK."""
         self._count("lookups")
         if qpn >= self.table.table_size:
             self._count("errors")
@@ -395,12 +402,12 @@ class QpcCacheModel:
                 return Status.BUS_ERROR, None
             if victim.valid:
                 self._count("evictions")
-            line = ways[w] = _Line(True, False, qpn, int.from_bytes(raw, "little"))
+            line = ways[w] = _Line(True, False, qpn, int.from_bytes(raw[:CACHED_BYTES], "little"))
         self.plru[s] = plru_touch(self.plru[s], self.cfg.ways, w)
         if op != Op.LOOKUP:
             line.record = apply_op(line.record, op, arg)
             line.dirty = True
-        return Status.OK, line.record.to_bytes(RECORD_BYTES, "little")
+        return Status.OK, line.record.to_bytes(CACHED_BYTES, "little")
 
     def modify(self, qpn: int, record: bytes) -> Status:
         if qpn >= self.table.table_size:
@@ -451,5 +458,5 @@ class QpcCacheModel:
             for line in ways:
                 if line.valid and line.dirty:
                     off = line.qpn * RECORD_BYTES
-                    mem[off:off + MUTABLE_BYTES] = line.record.to_bytes(RECORD_BYTES, "little")[:MUTABLE_BYTES]
+                    mem[off:off + MUTABLE_BYTES] = line.record.to_bytes(CACHED_BYTES, "little")[:MUTABLE_BYTES]
         return bytes(mem)

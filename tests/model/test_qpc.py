@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from rnic.model.descriptor import LinkMode
-from rnic.model.qpc import (MUTABLE_BYTES, QPC_FIELDS, RECORD_BITS, RECORD_BYTES, HostTable, Op, QpcCacheConfig,
-                            QpcCacheModel, QpContext, QpState, Status, apply_op, get_field, plru_touch,
+from rnic.model.qpc import (CACHED_BYTES, MUTABLE_BYTES, QPC_FIELDS, RECORD_BITS, RECORD_BYTES, HostTable, Op,
+                            QpcCacheConfig, QpcCacheModel, QpContext, QpState, Status, apply_op, get_field, plru_touch,
                             plru_victim)
 
 
@@ -96,7 +96,7 @@ def _reference(table_init, ops, table_size):
             rec = int.from_bytes(mem[qpn * RECORD_BYTES:(qpn + 1) * RECORD_BYTES], "little")
             rec = apply_op(rec, op, arg)
             mem[qpn * RECORD_BYTES:(qpn + 1) * RECORD_BYTES] = rec.to_bytes(RECORD_BYTES, "little")
-            out.append((Status.OK, rec.to_bytes(RECORD_BYTES, "little")))
+            out.append((Status.OK, rec.to_bytes(RECORD_BYTES, "little")[:CACHED_BYTES]))
         elif kind == "modify":
             qpn, raw = a
             if qpn < table_size:
