@@ -14,9 +14,9 @@ Architecture (the shape of minerva's cache, plus one miss-status holding registe
   engine update, writes the record back to the data memory and presents the response. A hit is
   answered two clocks after the request is accepted, one request per clock;
 * one MSHR (``mshr_``): a miss hides its victim way, reads the victim through the read port (one
-  bubble), fetches the record's cached bytes with one 10-beat AXI4 burst and, in parallel, writes the victim's 16
-  mutable bytes back (2-beat burst) if it is dirty. Hits
-  to other QPs keep flowing meanwhile; a second miss waits in ``s1_``. When both bursts are done
+  bubble), fetches the record's cached bytes with one 10-beat AXI4 burst and, in parallel, writes
+  the victim's 16 mutable bytes back (2-beat burst) if it is dirty. Hits to other QPs keep flowing
+  meanwhile; a second miss waits in ``s1_``. When both bursts are done
   the MSHR installs the tag and injects the fill into ``s2_``, which answers the request. Responses
   can therefore overtake each other: they carry the requester's tag;
 * a control FSM for MODIFY / INVALIDATE / FLUSH that stops accepting requests, waits until the
@@ -73,7 +73,6 @@ class QpState(enum.Enum, shape=4):
     SQD = _model.QpState.SQD
     SQE = _model.QpState.SQE
     ERROR = _model.QpState.ERROR
-
 
 
 def _fields_layout(bits):
