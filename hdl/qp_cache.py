@@ -13,10 +13,11 @@ Architecture (the shape of minerva's cache, plus one miss-status holding registe
   tags can change at the accept edge), ``s2_`` applies the
   engine update, writes the record back to the data memory and presents the response. A hit is
   answered two clocks after the request is accepted, one request per clock;
-* one MSHR (``mshr_``): a miss hides its victim way, reads the victim through the read port (one
-  bubble), fetches the record's cached bytes with one 10-beat AXI4 burst and, in parallel, writes
-  the victim's 16 mutable bytes back (2-beat burst) if it is dirty. Hits to other QPs keep flowing
-  meanwhile; a second miss waits in ``s1_``. When both bursts are done
+* one MSHR (``mshr_``): a miss hides its victim way, reads the victim's 16 mutable bytes from
+  ``mut_mem`` (their copy with a read port of its own), fetches the record's cached bytes with one
+  10-beat AXI4 burst and, in parallel, writes the victim's mutable bytes back (2-beat burst) if it
+  is dirty. Hits to other QPs keep flowing meanwhile; a second miss waits in ``s1_``. When both
+  bursts are done
   the MSHR installs the tag and injects the fill into ``s2_``, which answers the request. Responses
   can therefore overtake each other: they carry the requester's tag;
 * a control FSM for MODIFY / INVALIDATE / FLUSH that stops accepting requests, waits until the
@@ -204,6 +205,11 @@ class QpCache(wiring.Component):
         m.submodules.data_mem = data_mem = Memory(shape=unsigned(CACHED_BITS), depth=E, init=[])
         wp = data_mem.write_port()
         rp = data_mem.read_port()            # not transparent: see fwd_rec
+        # A copy of the mutable bytes, written with the data memory, with its own read port for the
+        # write-backs (the MSHR's victim, the control FSM's entry), so they never take rp from s1.
+        m.submodules.mut_mem = mut_mem = Memory(shape=unsigned(MUTABLE_BYTES * 8), depth=E, init=[])
+        mut_wp = mut_mem.write_port()
+        mut_rp = mut_mem.read_port()
 
         # Tags: one row per set, one QPN lane per way, read asynchronously (LUT RAM on the ECP5),
         # so the set selection is the memory's own decoder, not a multiplexer tree over flip-flops.
@@ -246,7 +252,7 @@ class QpCache(wiring.Component):
         mshr_idx = Signal(idx_bits)
         mshr_victim_valid = Signal()
         mshr_captured = Signal()
-        mshr_rd = Signal()           # the clock after allocation: the read port reads the victim
+        mshr_rd = Signal()           # the clock after allocation: mut_rp reads the victim
         mshr_cap = Signal()          # the clock after that: capture its mutable bytes
         mshr_wb_need = Signal()
         mshr_wb_done = Signal()
@@ -317,7 +323,7 @@ class QpCache(wiring.Component):
         mshr_load = Signal()
         s2_advance = s2_valid & self.resp.ready
         s2_free = ~s2_valid | self.resp.ready
-        s1_can_go = (bad_qpn | (hit & ~s1_stale) | (~hit & ~mshr_busy)) & ~mshr_rd
+        s1_can_go = bad_qpn | (hit & ~s1_stale) | (~hit & ~mshr_busy)
         s1_advance = s1_valid & s1_can_go & s2_free & ~mshr_load
         s1_miss = ~bad_qpn & ~hit
 
@@ -330,11 +336,13 @@ class QpCache(wiring.Component):
         with m.Else():                  # waiting: refresh the registered compare
             m.d.sync += [s1_hit_r.eq(hit), s1_idx_r.eq(hit_idx)]
 
-        # The read port address comes from the tag compare, or from a register (victim read by
-        # the MSHR, control read); it reads whenever s2 can take new data, and holds while s2 stalls.
+        # The read port address comes from the tag compare; it reads whenever s2 can take new
+        # data, and holds while s2 stalls. mut_rp reads the victim or the control FSM's entry.
         m.d.comb += [
-            rp.addr.eq(Mux(mshr_rd | ctrl_rd, Mux(mshr_rd, mshr_idx, c_idx), s1_idx_r)),
+            rp.addr.eq(s1_idx_r),
             rp.en.eq(s2_free),
+            mut_rp.addr.eq(Mux(mshr_rd, mshr_idx, c_idx)),
+            mut_rp.en.eq(mshr_rd | ctrl_rd),
         ]
         s2_writes = Signal()         # s2 writes its record to the data memory at this edge
 
@@ -398,6 +406,9 @@ class QpCache(wiring.Component):
             wp.addr.eq(s2_idx),
             wp.data.eq(rec),
             wp.en.eq(s2_writes),
+            mut_wp.addr.eq(s2_idx),
+            mut_wp.data.eq(rec.as_value()[:MUTABLE_BYTES * 8]),
+            mut_wp.en.eq(s2_writes),
         ]
         with m.If(s2_advance & s2_ok & is_update):
             m.d.sync += dirty_a[s2_idx].eq(1)
@@ -406,15 +417,15 @@ class QpCache(wiring.Component):
         with m.Elif(s2_writes):
             m.d.sync += fwd_rec.eq(rec)
 
-        # after allocation: one clock to read the victim (s1 waits), one to capture its mutable
-        # bytes and dirty bit (nothing can write the hidden victim meanwhile)
+        # after allocation: one clock to read the victim's mutable bytes, one to capture them and
+        # its dirty bit (nothing can write the hidden victim meanwhile)
         with m.If(mshr_rd):
             m.d.sync += [mshr_rd.eq(0), mshr_cap.eq(1)]
         with m.If(mshr_cap):
             m.d.sync += [
                 mshr_cap.eq(0), mshr_captured.eq(1),
                 mshr_wb_need.eq(mshr_victim_valid & dirty_a[mshr_idx]),
-                wb_buf.eq(rp.data[:MUTABLE_BYTES * 8]),
+                wb_buf.eq(mut_rp.data),
             ]
             with m.If(mshr_victim_valid & dirty_a[mshr_idx]):
                 m.d.sync += count("writebacks")
@@ -544,7 +555,7 @@ class QpCache(wiring.Component):
                 m.next = "Read-Entry"
             with m.State("Read-Entry"):
                 m.d.comb += ctrl_block.eq(1)
-                m.d.sync += [wb_buf.eq(rp.data[:MUTABLE_BYTES * 8]), count("writebacks")]
+                m.d.sync += [wb_buf.eq(mut_rp.data), count("writebacks")]
                 m.d.comb += [
                     we_start.eq(1), we_from_ctrl.eq(0), we_start_len.eq(_WB_BEATS - 1),
                     we_start_addr.eq(rec_addr(aux_tag)),
