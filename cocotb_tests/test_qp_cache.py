@@ -578,5 +578,5 @@ if pytest is not None:
     @pytest.mark.slow
     @pytest.mark.parametrize("key", ["qpc-e16-w4", "qpc-e16-w1", "qpc-e64-w8"])
     def test_qp_cache_long(key):
-        """The long run: 30 000 requests over 2^16 QPs (about 10 minutes per configuration)."""
+        """The long run: 30 000 requests over 2^16 QPs (about 2 minutes per configuration once built)."""
         _run(key, {"QPC_SCALE": "20"}, testcase="test_random_stream")
