@@ -290,10 +290,11 @@ class QpCache(wiring.Component):
                     m.d.comb += way.eq(w)
             return vec.any(), way, entry(set_, way)
 
-        # the tag of one entry: the MSHR's victim while it captures it, else the control FSM's entry
-        aux_idx = Mux(mshr_cap, mshr_idx, c_idx)
-        m.d.comb += tag_rp[2].addr.eq(aux_idx[way_bits:] if set_bits else 0)
-        aux_tag = Array(lane(tag_rp[2], w) for w in range(W))[aux_idx[:way_bits] if way_bits else 0]
+        # The entry being written back: the MSHR's victim while a miss is outstanding, else the
+        # control FSM's entry (control runs only with the MSHR idle). Its tag and mutable bytes.
+        wb_idx = Mux(mshr_busy, mshr_idx, c_idx)
+        m.d.comb += tag_rp[2].addr.eq(wb_idx[way_bits:] if set_bits else 0)
+        wb_tag = Array(lane(tag_rp[2], w) for w in range(W))[wb_idx[:way_bits] if way_bits else 0]
 
         # ===== s0: compare the incoming request, so that s1 addresses the memory from a register
         s0_hit, _, s0_idx = compare(self.req.payload.qpn, "s0_hit", tag_rp[0])
@@ -341,7 +342,7 @@ class QpCache(wiring.Component):
         m.d.comb += [
             rp.addr.eq(s1_idx_r),
             rp.en.eq(s2_free),
-            mut_rp.addr.eq(Mux(mshr_rd, mshr_idx, c_idx)),
+            mut_rp.addr.eq(wb_idx),
             mut_rp.en.eq(mshr_rd | ctrl_rd),
         ]
         s2_writes = Signal()         # s2 writes its record to the data memory at this edge
@@ -431,7 +432,7 @@ class QpCache(wiring.Component):
                 m.d.sync += count("writebacks")
                 m.d.comb += [
                     we_start.eq(1), we_from_ctrl.eq(0), we_start_len.eq(_WB_BEATS - 1),
-                    we_start_addr.eq(rec_addr(aux_tag)),
+                    we_start_addr.eq(rec_addr(wb_tag)),
                 ]
 
         # ===== MSHR: fetch, write-back, install ==============================================
@@ -558,7 +559,7 @@ class QpCache(wiring.Component):
                 m.d.sync += [wb_buf.eq(mut_rp.data), count("writebacks")]
                 m.d.comb += [
                     we_start.eq(1), we_from_ctrl.eq(0), we_start_len.eq(_WB_BEATS - 1),
-                    we_start_addr.eq(rec_addr(aux_tag)),
+                    we_start_addr.eq(rec_addr(wb_tag)),
                 ]
                 m.next = "Write-Back"
             with m.State("Write-Back"):
