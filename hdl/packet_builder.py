@@ -7,15 +7,15 @@ and synthesis boundary). docs/packet-builder.md describes the block, its timing 
 
 Pipeline (all stages move one descriptor or one beat per clock)::
 
-    desc -> s1 (register) -> s2 (decode, opcode ROM: one-hot extended header selection and
-                                 length, header lengths, payload rounded to 4, IPv4 word pairs)
-         -> s3 (extended headers, transport and frame lengths, IPv4 partial sum)
+    desc -> s1 (register; opcode ROM: one-hot extended header selection and length)
+         -> s2 (decode, header lengths, payload rounded to 4, IPv4 word pairs)
+         -> s3 (extended headers, transport and frame lengths, IPv4 partial sums)
          -> s4 (IPv4 sum with total length, frame parameters: beat counts, lane masks; template
                 group selects)
-         -> s5 (IPv4 checksum, header byte vectors: wire and ICRC view) -> k (skid register)
+         -> s5 (IPv4 checksum, header byte vector) -> k (skid register)
          -> generator (header beats, then payload shifted by header length mod W/8 through a carry
             register, pad, CRC placeholder bytes) -> bt (beat register, feeds both CRC engines)
-         -> delay line (CRC latency + 2) -> append ICRC / VCRC -> output FIFO -> frame
+         -> delay line (CRC latency + 2) -> tl (ICRC / VCRC placed) -> output FIFO -> frame
 
 s1..s5 stall on registered conditions only (the skid register k takes s5 whenever the generator
 does not), so the payload handshake never reaches the wide stage registers; each stage's enable is
@@ -32,6 +32,7 @@ from __future__ import annotations
 from amaranth import Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from rnic.model.crc import ICRC, VCRC
@@ -219,6 +220,23 @@ def _ext_header(cls, d):
     raise AssertionError(cls)
 
 
+def _oc_add(m, a, b, name):
+    """16-bit ones'-complement sum of ``a`` and ``b`` (end-around carry), combinational: ``a + b``
+    and ``a + b + 1`` on two carry chains side by side, the second taken when the first carries
+    out. The result is 0 only if both operands are, as with the usual fold."""
+    plain = Signal(17, name=f"{name}_c0")
+    plus1 = Signal(18, name=f"{name}_c1")
+    m.d.comb += [plain.eq(a + b), plus1.eq(Cat(Const(1, 1), a) + Cat(Const(1, 1), b))]
+    return Mux(plain[16], plus1[1:17], plain[:16])
+
+
+def _oc_sum3(m, a, b, c, name):
+    """16-bit ones'-complement sum of three terms: one carry-save layer (the carry vector rotated
+    left, as 2**16 is 1 modulo 2**16 - 1), then :func:`_oc_add`."""
+    carry = (a & b) | (a & c) | (b & c)
+    return _oc_add(m, a ^ b ^ c, Cat(carry[15], carry[:15]), name)
+
+
 def _or_all(values):
     out = values[0]
     for v in values[1:]:
@@ -282,7 +300,7 @@ class PacketBuilder(wiring.Component):
         raised in the same cycle wins).
 
     Latency from a descriptor transfer to the first beat of its frame, empty pipeline, no payload
-    wait: 19 clocks at W=64, 23 at W=512 (measured by the testbench); see docs/packet-builder.md.
+    wait: 20 clocks at W=64, 24 at W=512 (measured by the testbench); see docs/packet-builder.md.
     """
 
     def __init__(self, width):
@@ -292,8 +310,9 @@ class PacketBuilder(wiring.Component):
         self._icrc = CrcStream(ICRC, width)
         self._vcrc = CrcStream(VCRC, width)
         self._crc_latency = self._icrc.latency
-        # s5 register + delay line + output FIFO capacity, in beats (the generator's credits).
         self._delay = self._crc_latency + 2
+        # Output FIFO capacity, in beats: the generator's credits (beats pushed, not yet popped),
+        # more than the push-to-pop round trip, so credits never limit a ready sink.
         self._depth = self._delay + 6
         super().__init__({
             "desc": In(stream.Signature(DescriptorLayout)),
@@ -328,19 +347,44 @@ class PacketBuilder(wiring.Component):
         s1_en, s2_en, s3_en, s4_en, s5_en = en
         k_valid = Signal()
         g_load = Signal()
+        # Payload packets owed to the drop logic (see the generator) hold new descriptors back
+        # while two or more are pending, so the count stays small without stalling the generator.
+        drop_stall = Signal()
+        desc_in = self.desc.valid & ~drop_stall
         k_next = ~g_load & (k_valid | s5_valid)
-        valid_next = [Mux(e, v_in, v) for e, v_in, v in zip(en, [self.desc.valid, *valid[:4]], valid)]
+        valid_next = [Mux(e, v_in, v) for e, v_in, v in zip(en, [desc_in, *valid[:4]], valid)]
         m.d.sync += [v.eq(v_next) for v, v_next in zip(valid, valid_next)]
         m.d.sync += k_valid.eq(k_next)
         m.d.sync += [e.eq(~Cat(k_next, *valid_next[i:]).all()) for i, e in enumerate(en)]
 
-        # ---- s1: descriptor register
+        # ---- s1: descriptor register, and the opcode ROM: the extended header combination
+        # (one-hot) and its length. The extended headers themselves are assembled in s3 from the
+        # registered selection. Written as comparisons, not a case table, which yosys would make a
+        # block-RAM ROM (slow clock-to-output).
         s1_d = Signal(DescriptorLayout, reset_less=True)
-        m.d.comb += self.desc.ready.eq(s1_en)
+        s1_csel = Signal(len(_EXT_COMBOS))
+        s1_ext_len = Signal(range(_EXT_MAX + 1))
+        opcode = self.desc.payload.opcode
+        combo_ops = [[] for _ in _EXT_COMBOS]
+        len_ops = [[] for _ in range(len(s1_ext_len))]
+        for op, info in OPCODE_INFO.items():
+            index = _EXT_COMBOS.index(info.ext_headers)
+            hit = opcode == int(op)
+            if index:
+                combo_ops[index].append(hit)
+            for b in range(len(s1_ext_len)):
+                if sum(h.SIZE for h in info.ext_headers) >> b & 1:
+                    len_ops[b].append(hit)
+        csel = Cat(*(_or_all(h) if h else Const(0, 1) for h in combo_ops[1:]))
+        m.d.comb += self.desc.ready.eq(s1_en & ~drop_stall)
         with m.If(s1_en):
-            m.d.sync += s1_d.eq(self.desc.payload)
+            m.d.sync += [
+                s1_d.eq(self.desc.payload),
+                s1_csel.eq(Cat(~csel.any(), csel)),
+                s1_ext_len.eq(Cat(*(_or_all(h) if h else Const(0, 1) for h in len_ops))),
+            ]
 
-        # ---- s2: decode, opcode ROM, extended headers, payload length rounded up, IPv4 word pairs
+        # ---- s2: decode, header lengths, payload length rounded up, IPv4 word pairs
         d = s1_d
         s2_d = Signal(DescriptorLayout, reset_less=True)
         s2_bad_mode = Signal()
@@ -355,25 +399,14 @@ class PacketBuilder(wiring.Component):
         s2_h = Signal(range(HEADER_MAX + 1))          # header length
         s2_hc = Signal(range(HEADER_MAX + 8))         # header + CRC lengths
         s2_cs = Signal(range(B * 2 + 16))             # first ICRC-covered byte
-        s2_pairs = [Signal(17, name=f"s2_pair{k}") for k in range(4)]
+        s2_cl = Signal(3)                             # CRC bytes: 4 or 6
+        s2_pairs = [Signal(16, name=f"s2_pair{k}") for k in range(4)]
 
         bad_mode = d.mode >= len(LinkMode)
         too_long = d.payload_len > MAX_PAYLOAD
         bad = bad_mode | too_long
         mode_eff = Mux(bad_mode, LinkMode.ROCEV2_IPV4, d.mode)
-        # Opcode ROM: the extended header combination (one-hot, registered) and its length. The
-        # extended headers themselves are assembled in s3 from the registered selection.
-        csel = Signal(len(_EXT_COMBOS))
-        ext_len = Signal(range(_EXT_MAX + 1))
-        with m.Switch(d.opcode):
-            for op, info in OPCODE_INFO.items():
-                index = _EXT_COMBOS.index(info.ext_headers)
-                if index:
-                    with m.Case(int(op)):
-                        m.d.comb += [csel.eq(1 << index),
-                                     ext_len.eq(sum(h.SIZE for h in info.ext_headers))]
-            with m.Default():
-                m.d.comb += csel.eq(1)
+        csel, ext_len = s1_csel, s1_ext_len
         tmpl = Signal(range(nt))
         with m.Switch(mode_eff):
             for t in _TEMPLATES:
@@ -388,12 +421,14 @@ class PacketBuilder(wiring.Component):
         base_len = Signal(range(HEADER_MAX + 1))
         base_crc = Signal(range(HEADER_MAX + 8))
         cs = Signal(range(B * 2 + 16))
+        cl = Signal(3)
+        assert all(t.crc_start < 2 * B for t in _TEMPLATES)   # the ICRC starts in beat 0 or 1
         with m.Switch(tmpl):
             for t in _TEMPLATES:
                 with m.Case(t.index):
                     m.d.comb += [base_len.eq(t.base_len), base_crc.eq(t.base_len + t.crc_len),
-                                 cs.eq(t.crc_start)]
-        # IPv4 header words other than total length and checksum, summed in pairs.
+                                 cs.eq(t.crc_start), cl.eq(t.crc_len)]
+        # IPv4 header words other than total length and checksum, ones'-complement sums of pairs.
         words = [Const(0x4500, 16) | d.traffic_class, d.ip_id, Const(hd.IPV4_FLAG_DF << 13, 16),
                  Cat(Const(hd.IP_PROTO_UDP, 8), d.hop_limit),
                  d.src_gid[16:32], d.src_gid[0:16], d.dst_gid[16:32], d.dst_gid[0:16]]
@@ -407,26 +442,30 @@ class PacketBuilder(wiring.Component):
                 s2_p4.eq(Mux(bad, 0, Cat(Const(0, 2), p_up4))),
                 s2_pad.eq(Mux(bad, 0, -d.payload_len[:2])),
                 s2_csel.eq(csel), s2_ext_len.eq(ext_len), s2_tmpl.eq(tmpl),
-                s2_h.eq(base_len + ext_len), s2_hc.eq(base_crc + ext_len), s2_cs.eq(cs),
-                *(s2_pairs[k].eq(words[2 * k] + words[2 * k + 1]) for k in range(4)),
+                s2_h.eq(base_len + ext_len), s2_hc.eq(base_crc + ext_len),
+                s2_cs.eq(cs), s2_cl.eq(cl),
+                *(s2_pairs[k].eq(_oc_add(m, words[2 * k], words[2 * k + 1], f"s2_pair{k}"))
+                  for k in range(4)),
             ]
 
-        # ---- s3: transport length, header and frame lengths, IPv4 partial sum
+        # ---- s3: transport length, header and frame lengths, IPv4 partial sums
         s3_d = Signal(DescriptorLayout, reset_less=True)
         s3_bad_mode = Signal()
         s3_too_long = Signal()
         s3_pdecl_nz = Signal()
         s3_p = Signal(_LEN_BITS)
+        s3_plast_mask = Signal(B)
         s3_pad = Signal(2)
         s3_ext = Signal(8 * _EXT_MAX, reset_less=True)
         s3_tmpl = Signal(range(nt))
         s3_tl = Signal(_LEN_BITS)
         s3_ip4 = Signal(16)
-        s3_sum = Signal(19)
+        s3_sums = [Signal(16, name=f"s3_sum{k}") for k in range(2)]
         s3_h = Signal(range(HEADER_MAX + 1))
         s3_t = Signal(_LEN_BITS)
         s3_f = Signal(_LEN_BITS)
         s3_cs = Signal(range(B * 2 + 16))
+        s3_cl = Signal(3)
 
         ext_terms = []
         for index, hdrs in enumerate(_EXT_COMBOS):
@@ -439,18 +478,26 @@ class PacketBuilder(wiring.Component):
             m.d.sync += [
                 s3_d.eq(s2_d),
                 s3_bad_mode.eq(s2_bad_mode), s3_too_long.eq(s2_too_long), s3_pdecl_nz.eq(s2_pdecl_nz),
-                s3_p.eq(s2_p), s3_pad.eq(s2_pad), s3_ext.eq(ext), s3_tmpl.eq(s2_tmpl),
+                s3_p.eq(s2_p), s3_plast_mask.eq(_byte_mask(s2_p[:lb], B)), s3_pad.eq(s2_pad),
+                s3_ext.eq(ext), s3_tmpl.eq(s2_tmpl),
                 s3_tl.eq(s2_p4 + (s2_ext_len + tl_fixed)),
                 s3_ip4.eq(s2_p4 + (s2_ext_len + (tl_fixed + hd.IPv4.SIZE + hd.UDP.SIZE))),
-                s3_sum.eq((s2_pairs[0] + s2_pairs[1]) + (s2_pairs[2] + s2_pairs[3])),
-                s3_h.eq(s2_h), s3_t.eq(s2_h + s2_p4), s3_f.eq(s2_hc + s2_p4), s3_cs.eq(s2_cs),
+                *(s3_sums[k].eq(_oc_add(m, s2_pairs[2 * k], s2_pairs[2 * k + 1], f"s3_sum{k}"))
+                  for k in range(2)),
+                s3_h.eq(s2_h), s3_t.eq(s2_h + s2_p4), s3_f.eq(s2_hc + s2_p4),
+                s3_cs.eq(s2_cs), s3_cl.eq(s2_cl),
             ]
 
-        # ---- s4: IPv4 sum with total length (folded once), frame parameters
+        # ---- s4: IPv4 sum with total length, frame parameters
         params = data.StructLayout({
             "nh": _LEN_BITS, "h": max(lb, 1), "np": _LEN_BITS, "npm1": _LEN_BITS, "plast_mask": B,
-            "nbm1": _LEN_BITS, "last_keep": B, "jt": _LEN_BITS, "jt1": _LEN_BITS, "tail_off": max(lb, 1),
-            "cs_beat": _LEN_BITS, "cs_mask": B, "jc": _LEN_BITS, "crc_last_mask": B,
+            "plast_sh": 2 * B, "ones_sh": 2 * B,
+            "nbm1": _LEN_BITS, "last_keep": B, "tail_off": max(lb, 1),
+            "cs_mask": B, "crc_last_mask": B,
+            # Beat positions as the generator tests them: the first ICRC-covered beat is beat
+            # `cs1` (0 or 1); the last covered beat and the first CRC byte's beat are `dc` and `dt`
+            # (0 or 1) beats before the frame's last.
+            "cs1": 1, "dc": 1, "dt": 1,
         })
         s4_d = Signal(DescriptorLayout, reset_less=True)
         s4_bad_mode = Signal()
@@ -462,11 +509,11 @@ class PacketBuilder(wiring.Component):
         s4_udp = Signal(16)          # UDP length (IPv6 payload length)
         s4_lrhw = [Signal(11, name=f"s4_lrhw{g}") for g in range(2)]  # LRH PktLen: local, global
         s4_ip4 = Signal(16)
-        s4_sum = Signal(17)
+        s4_tmpl = Signal(range(nt))
+        s4_sum = Signal(16)
         s4_p = Signal(params)
 
-        sum_total = Signal(20)
-        m.d.comb += sum_total.eq(s3_sum + s3_ip4)
+        sum_total = _oc_sum3(m, s3_sums[0], s3_sums[1], s3_ip4, "s4_sum")
         with m.If(s4_en):
             m.d.sync += [
                 s4_d.eq(s3_d),
@@ -475,36 +522,43 @@ class PacketBuilder(wiring.Component):
                 s4_udp.eq(hd.UDP.SIZE + s3_tl),
                 s4_lrhw[0].eq((hd.LRH.SIZE + s3_tl)[2:]),
                 s4_lrhw[1].eq((hd.LRH.SIZE + hd.GRH.SIZE + s3_tl)[2:]),
-                s4_ip4.eq(s3_ip4),
-                s4_sum.eq(sum_total[:16] + sum_total[16:]),
+                s4_ip4.eq(s3_ip4), s4_tmpl.eq(s3_tmpl),
+                s4_sum.eq(sum_total),
                 s4_p.nh.eq(s3_h[lb:]), s4_p.h.eq(s3_h[:lb]),
                 s4_p.np.eq((s3_p + (B - 1))[lb:]), s4_p.npm1.eq((s3_p - 1)[lb:]),
-                s4_p.plast_mask.eq(_byte_mask(s3_p[:lb], B)),
+                s4_p.plast_mask.eq(s3_plast_mask),
+                s4_p.plast_sh.eq(s3_plast_mask << s3_h[:lb]),
+                s4_p.ones_sh.eq(ones << s3_h[:lb]),
                 s4_p.nbm1.eq((s3_f - 1)[lb:]), s4_p.last_keep.eq(_byte_mask(s3_f[:lb], B)),
-                s4_p.jt.eq(s3_t[lb:]), s4_p.jt1.eq(s3_t[lb:] + 1), s4_p.tail_off.eq(s3_t[:lb]),
-                s4_p.cs_beat.eq(s3_cs[lb:]),
+                s4_p.tail_off.eq(s3_t[:lb]),
+                s4_p.cs1.eq(s3_cs[lb]),
+                s4_p.dt.eq(s3_t[:lb] + (s3_cl - 1) >= B),
+                s4_p.dc.eq((s3_t[:lb] - 1)[:lb] + s3_cl >= B),
                 s4_p.cs_mask.eq(~_byte_mask(s3_cs[:lb], B) | (s3_cs[:lb] == 0).replicate(B)),
-                s4_p.jc.eq((s3_t - 1)[lb:]), s4_p.crc_last_mask.eq(_byte_mask(s3_t[:lb], B)),
+                s4_p.crc_last_mask.eq(_byte_mask(s3_t[:lb], B)),
             ]
 
-        # ---- s5: IPv4 checksum, header byte vectors (wire and ICRC view), first-beat flags
+        # ---- s5: IPv4 checksum, header byte vector, first-beat flags
         frame_info = data.StructLayout({
-            "hdr": 8 * HB, "hdrm": 8 * HB, "p": params, "ib": 1,
+            "hdr": 8 * HB, "tmpl": range(nt), "p": params, "ib": 1,
             "bad_mode": 1, "too_long": 1, "pdecl_nz": 1,
+            "drop": 1,               # bad, with a payload packet to drop
             "first_hdr": 1,          # beat 0 is a header-only beat
             "first_pl": 1,           # beat 0 takes payload beat 0
             "first_last": 1,         # the frame is one beat
             "first_final": 1,        # payload beat 0 is the payload's last
+            "np_ge1": 1, "np_ge2": 1, "np_eq1": 1, "np_eq2": 1,  # payload beat count compares
+            "nbm1_eq1": 1,           # two beats
         })
         s5_f = Signal(frame_info, reset_less=True)
 
-        # The header vectors are built bit by bit: for each bit, the templates are grouped by the
+        # The header vector is built bit by bit: for each bit, the templates are grouped by the
         # signal (descriptor field bit, derived value bit, constant one) they put there, and the
         # bit is an AND-OR over those signals with one registered select per template group
         # (decoded from the template number in s4). Two or three LUT levels, no shared decoder.
         d = s4_d
         csum = Signal(16)
-        m.d.comb += csum.eq(~(s4_sum[:16] + s4_sum[16]))
+        m.d.comb += csum.eq(~s4_sum)
 
         def f(name):
             return _Src(name, getattr(d, name))
@@ -581,13 +635,9 @@ class PacketBuilder(wiring.Component):
             return _or_all(terms) if terms else Const(0, 1)
 
         hdr = Signal(8 * HB)
-        hdrm = Signal(8 * HB)
         ib = Signal()
         m.d.comb += [
             hdr.eq(Cat(*(mux_bit([bits[i] for bits in wire_bits]) for i in range(8 * HB)))),
-            hdrm.eq(Cat(*(mux_bit([1 if t.or_mask >> i & 1 else bits[i]
-                                   for t, bits in zip(_TEMPLATES, wire_bits)])
-                          for i in range(8 * HB)))),
             ib.eq(group(t.index for t in _TEMPLATES if t.ib)),
         ]
         with m.If(s4_en):
@@ -595,12 +645,16 @@ class PacketBuilder(wiring.Component):
                          for members, sel in groups.items()]
         with m.If(s5_en):
             m.d.sync += [
-                s5_f.hdr.eq(hdr), s5_f.hdrm.eq(hdrm), s5_f.p.eq(s4_p), s5_f.ib.eq(ib),
+                s5_f.hdr.eq(hdr), s5_f.tmpl.eq(s4_tmpl), s5_f.p.eq(s4_p), s5_f.ib.eq(ib),
                 s5_f.bad_mode.eq(s4_bad_mode), s5_f.too_long.eq(s4_too_long), s5_f.pdecl_nz.eq(s4_pdecl_nz),
+                s5_f.drop.eq((s4_bad_mode | s4_too_long) & s4_pdecl_nz),
                 s5_f.first_hdr.eq(s4_p.nh != 0),
                 s5_f.first_pl.eq((s4_p.nh == 0) & (s4_p.np != 0)),
                 s5_f.first_last.eq(s4_p.nbm1 == 0),
                 s5_f.first_final.eq(s4_p.npm1 == 0),
+                s5_f.np_ge1.eq(s4_p.np >= 1), s5_f.np_ge2.eq(s4_p.np >= 2),
+                s5_f.np_eq1.eq(s4_p.np == 1), s5_f.np_eq2.eq(s4_p.np == 2),
+                s5_f.nbm1_eq1.eq(s4_p.nbm1 == 1),
             ]
 
         # ---- k: skid register between s5 and the generator (registered ready for s1..s5). It
@@ -615,18 +669,22 @@ class PacketBuilder(wiring.Component):
         # ---- generator. Control flags for the current beat are registers computed one beat
         # ahead, down to the push and load decisions themselves: `push` is one LUT of registered
         # flags and the payload valid, `g_load` one more after it.
-        # The header (wire and ICRC view) in two parts: the low beat (the header beat being sent,
-        # then the carry of the payload shifter) and the beats above it. The upper beats are only
-        # read during header-only beats; at any other time they follow the next frame's header, so
-        # their register enables are functions of registers only (never of the payload handshake).
+        # The header in two parts: the low beat (the header beat being sent, then the carry of the
+        # payload shifter) and the beats above it. The upper beats are only read during header-only
+        # beats; at any other time they follow the next frame's header, so their register enables
+        # are functions of registers only (never of the payload handshake).
+        # The ICRC view is not held: each beat's forced-to-ones bytes come from a constant table
+        # indexed by the template and the beat number, ORed in at the ICRC engine's input.
         g_lo = Signal(W, reset_less=True)
-        g_lom = Signal(W, reset_less=True)
         g_hi = Signal(8 * HB - W, reset_less=True)
-        g_him = Signal(8 * HB - W, reset_less=True)
         g_p = Signal(params, reset_less=True)
         g_ib = Signal()
+        g_tmpl = Signal(range(nt))
+        mask_beats = -(-max(t.base_len for t in _TEMPLATES) // B)
+        g_mj = Signal(range(mask_beats + 1))  # beat number, saturating past the templates' masks
         g_abort = Signal()
-        g_j = Signal(_LEN_BITS)      # beat number in the frame (CRC coverage, tail position)
+        g_first = Signal()           # beat 0 of the frame
+        g_second = Signal()          # beat 1
         g_active = Signal()          # a frame is being sent
         g_in_hdr = Signal()          # this beat is a header-only beat
         g_hrem = Signal(range(HEADER_MAX // B + 1))  # header-only beats left, this one included
@@ -636,10 +694,15 @@ class PacketBuilder(wiring.Component):
         g_brem = Signal(_LEN_BITS)   # beats left after this one
         g_final = Signal()           # this payload beat is the payload packet's last
         g_prem = Signal(_LEN_BITS)   # payload beats not yet taken (this one included if g_pl)
+        pr_ge1, pr_ge2, pr_eq1, pr_eq2 = (Signal(name=f"pr_{n}") for n in ("ge1", "ge2", "eq1", "eq2"))
+        br_eq1 = Signal()            # g_brem == 1
         g_pmask = Signal(B)          # payload lanes this beat keeps (0: it takes no payload)
+        g_pmask_sh = Signal(2 * B)   # the same, shifted by the header length mod B
         g_room = Signal(init=1)      # a credit: inflight < depth
         inflight = Signal(range(self._depth + 1))
-        drop_cnt = Signal(3)
+        # Payload packets to drop: at most 3 when drop_stall rises a clock later, plus one for each
+        # frame in s1..s5, k and the generator (a frame adds at most one): 4 bits never wrap.
+        drop_cnt = Signal(4)
         pop = Signal()
         # Flags derived from the above, registered one clock ahead:
         go_free = Signal()           # g_active & g_room & ~need: this beat goes out now
@@ -668,24 +731,28 @@ class PacketBuilder(wiring.Component):
         late_drop = take & is_final & ~pv.last
         early_cut = take & pv.last & ~is_final               # the rest of the payload is fill
 
-        pd = Signal(W)
-        m.d.comb += pd.eq(pv.data & _expand(pv.keep & g_pmask, B))
+        # The payload beat shifted by the header length mod B, lanes masked after the shift (the
+        # payload lane mask is kept pre-shifted); g_pmask is 0 on header-only beats.
+        data_sh = Signal(2 * W)
+        keep_sh = Signal(2 * B)
         sh = Signal(2 * W)
-        m.d.comb += sh.eq(pd << Cat(Const(0, 3), g_p.h[:lb]))
-        out_data = Mux(g_in_hdr, g_lo, g_lo | sh[:W])
-        out_mdata = Mux(g_in_hdr, g_lom, g_lom | sh[:W])
+        m.d.comb += [
+            data_sh.eq(pv.data << Cat(Const(0, 3), g_p.h[:lb])),
+            keep_sh.eq(pv.keep << g_p.h[:lb]),
+            sh.eq(data_sh & _expand(keep_sh & g_pmask_sh, 2 * B)),
+        ]
+        out_data = g_lo | sh[:W]
 
         bad_load = src.bad_mode | src.too_long
-        drop_full = drop_cnt >= 6
-        src_ok = src_valid & ~(bad_load & src.pdecl_nz & drop_full)
-        m.d.comb += g_load.eq(src_ok & next_frame)
+        m.d.comb += g_load.eq(src_valid & next_frame)
 
-        # Next beat's flags, from comparisons of registers with constants only.
+        # Next beat's flags, from registered compares.
         in_hdr1 = g_hrem >= 2
-        pl1 = ~in_hdr1 & Mux(g_pl, g_prem >= 2, g_prem != 0)
-        final1 = Mux(g_pl, g_prem == 2, g_prem == 1)
+        pl1 = ~in_hdr1 & Mux(g_pl, pr_ge2, pr_ge1)
+        final1 = Mux(g_pl, pr_eq2, pr_eq1)
         fill1 = g_fill | early_cut
         first_pmask = Mux(src.first_pl, Mux(src.first_final, src.p.plast_mask, ones), 0)
+        first_pmask_sh = Mux(src.first_pl, Mux(src.first_final, src.p.plast_sh, src.p.ones_sh), 0)
 
         g_active_next = Signal()
         g_in_hdr_next = Signal()
@@ -693,25 +760,29 @@ class PacketBuilder(wiring.Component):
         g_fill_next = Signal()
         g_last_next = Signal()
         g_room_next = Signal()
-        drop_next = Signal(3)
+        drop_next = Signal(4)
+        # Like the frame registers below, the flags take the head of the frame queue on
+        # `next_frame`, not on `g_load`: without a frame there, g_active goes low and they are unused.
         m.d.comb += [
             g_active_next.eq(g_load | (g_active & ~(push & g_last))),
-            g_in_hdr_next.eq(Mux(g_load, src.first_hdr, Mux(push, in_hdr1, g_in_hdr))),
-            g_pl_next.eq(Mux(g_load, src.first_pl, Mux(push, pl1, g_pl))),
-            g_fill_next.eq(~g_load & Mux(push, fill1, g_fill)),
-            g_last_next.eq(Mux(g_load, src.first_last, Mux(push, g_brem == 1, g_last))),
+            g_in_hdr_next.eq(Mux(next_frame, src.first_hdr, Mux(push, in_hdr1, g_in_hdr))),
+            g_pl_next.eq(Mux(next_frame, src.first_pl, Mux(push, pl1, g_pl))),
+            g_fill_next.eq(~next_frame & Mux(push, fill1, g_fill)),
+            g_last_next.eq(Mux(next_frame, src.first_last, Mux(push, br_eq1, g_last))),
             # g_room' = (inflight + push - pop) < depth, with push last (one LUT after it).
             g_room_next.eq(Mux(push, Mux(pop, g_room, inflight < self._depth - 1), Mux(pop, 1, g_room))),
-            drop_next.eq(drop_cnt + (g_load & bad_load & src.pdecl_nz) + late_drop
+            drop_next.eq(drop_cnt + (g_load & src.drop) + late_drop
                          - (dropping & self.payload.valid & pv.last)),
         ]
+        # drop_next != 0, without the adder (the decrement happens only while drop_cnt != 0).
+        dropping_next = ((g_load & src.drop) | late_drop | (drop_cnt >= 2)
+                         | ((drop_cnt == 1) & ~(self.payload.valid & pv.last)))
         go = g_active_next & g_room_next
         need_next = g_pl_next & ~g_fill_next
-        dropping_next = drop_next != 0
         m.d.sync += [
             g_active.eq(g_active_next), g_in_hdr.eq(g_in_hdr_next), g_pl.eq(g_pl_next),
             g_fill.eq(g_fill_next), g_last.eq(g_last_next), g_room.eq(g_room_next),
-            drop_cnt.eq(drop_next), dropping.eq(dropping_next),
+            drop_cnt.eq(drop_next), dropping.eq(dropping_next), drop_stall.eq(drop_cnt >= 2),
             inflight.eq(inflight + push - pop),
             go_free.eq(go & ~need_next),
             go_pay.eq(go & need_next & ~dropping_next),
@@ -723,30 +794,36 @@ class PacketBuilder(wiring.Component):
 
         with m.If(push):
             m.d.sync += [
-                g_j.eq(g_j + 1), g_hrem.eq(g_hrem - g_in_hdr), g_brem.eq(g_brem - 1),
-                g_prem.eq(g_prem - g_pl), g_final.eq(final1),
+                g_first.eq(0), g_second.eq(g_first), g_mj.eq(g_mj + (g_mj != mask_beats)),
+                g_hrem.eq(g_hrem - g_in_hdr), g_brem.eq(g_brem - 1),
+                g_prem.eq(g_prem - g_pl), g_final.eq(final1), br_eq1.eq(g_brem == 2),
                 g_pmask.eq(Mux(pl1 & ~fill1, Mux(final1, g_p.plast_mask, ones), 0)),
+                g_pmask_sh.eq(Mux(pl1 & ~fill1, Mux(final1, g_p.plast_sh, g_p.ones_sh), 0)),
                 g_lo.eq(Mux(g_in_hdr, g_hi[:W], sh[W:])),
-                g_lom.eq(Mux(g_in_hdr, g_him[:W], sh[W:])),
             ]
+            with m.If(g_pl):         # the compares of g_prem - 1, from g_prem
+                m.d.sync += [pr_ge1.eq(pr_ge2), pr_ge2.eq(g_prem >= 3),
+                             pr_eq1.eq(pr_eq2), pr_eq2.eq(g_prem == 3)]
             with m.If(early_ev | late_ev):
                 m.d.sync += g_abort.eq(1)
-        # Frame registers load whenever the generator is ready for a frame, whether or not one is
-        # there (harmless while g_active stays low): their select is then `push`, not `g_load`.
+        # Frame registers and counters load whenever the generator is ready for a frame, whether or
+        # not one is there (harmless while g_active stays low): their select is then `push`, not
+        # `g_load`, which keeps the frame queue's valid bits off their ~100 enables.
         with m.If(next_frame):
-            m.d.sync += [g_lo.eq(src.hdr[:W]), g_lom.eq(src.hdrm[:W]), g_p.eq(src.p), g_ib.eq(src.ib)]
-        with m.If(g_load):
             m.d.sync += [
-                g_j.eq(0), g_hrem.eq(src.p.nh), g_brem.eq(src.p.nbm1), g_prem.eq(src.p.np),
+                g_lo.eq(src.hdr[:W]), g_p.eq(src.p), g_ib.eq(src.ib), g_tmpl.eq(src.tmpl),
+                g_first.eq(1), g_second.eq(0), g_mj.eq(0),
+                g_hrem.eq(src.p.nh), g_brem.eq(src.p.nbm1), g_prem.eq(src.p.np),
                 g_abort.eq(bad_load), g_final.eq(src.first_final), g_pmask.eq(first_pmask),
+                g_pmask_sh.eq(first_pmask_sh), br_eq1.eq(src.nbm1_eq1),
+                pr_ge1.eq(src.np_ge1), pr_ge2.eq(src.np_ge2), pr_eq1.eq(src.np_eq1), pr_eq2.eq(src.np_eq2),
             ]
         # The upper header beats follow the head of the frame queue whenever they are not being
         # sent (idle, or past the header-only beats; a frame's last beat is never header-only, so
         # they hold the loaded frame's header when g_load comes), and shift down one beat per
         # header-only beat sent (such a beat takes no payload: it is sent whenever g_room).
         with m.If(hi_en):
-            m.d.sync += [g_hi.eq(Mux(hi_follow, src.hdr[W:], g_hi >> W)),
-                         g_him.eq(Mux(hi_follow, src.hdrm[W:], g_him >> W))]
+            m.d.sync += g_hi.eq(Mux(hi_follow, src.hdr[W:], g_hi >> W))
 
         # Sticky errors, write-1-to-clear.
         raised = Signal(ErrorFlags)
@@ -763,30 +840,41 @@ class PacketBuilder(wiring.Component):
                                   "tail_off": max(lb, 1), "ib": 1})
         bt_valid = Signal()
         bt_beat = Signal(beat, reset_less=True)
-        bt_mdata = Signal(W, reset_less=True)
+        bt_mask = Signal(W, reset_less=True)       # ICRC view: bytes forced to ones in this beat
         bt_crc_valid = Signal()
         bt_crc_keep = Signal(B)
         bt_crc_last = Signal()
-        crc_first = g_j == g_p.cs_beat
-        crc_last = g_j == g_p.jc
+        crc_first = Mux(g_p.cs1, g_second, g_first)
+        crc_last = Mux(g_p.dc, br_eq1, g_last)
         m.d.sync += [
             bt_valid.eq(push),
             bt_beat.data.eq(out_data),
             bt_beat.keep.eq(Mux(g_last, g_p.last_keep, ones)),
             bt_beat.last.eq(g_last),
             bt_beat.user.eq(g_last & (g_abort | early_ev | late_ev)),
-            bt_beat.phase.eq(Mux(g_j == g_p.jt, 1, Mux(g_j == g_p.jt1, 2, 0))),
+            bt_beat.phase.eq(Mux(Mux(g_p.dt, br_eq1, g_last), 1, Mux(g_p.dt & g_last, 2, 0))),
             bt_beat.tail_off.eq(g_p.tail_off),
             bt_beat.ib.eq(g_ib),
-            bt_mdata.eq(out_mdata),
-            bt_crc_valid.eq((g_j >= g_p.cs_beat) & (g_j <= g_p.jc)),
+            bt_crc_valid.eq(~(g_p.cs1 & g_first) & ~(g_p.dc & g_last)),
             bt_crc_keep.eq(Mux(crc_first, g_p.cs_mask, ones) & Mux(crc_last, g_p.crc_last_mask, ones)),
             bt_crc_last.eq(crc_last),
         ]
 
+        # An OR of (template, beat) matches per bit, not a case table: yosys would turn a table
+        # into a block-RAM ROM, whose clock-to-output alone is most of a 6.4 ns cycle.
+        mj_tmpl = Cat(g_mj, g_tmpl)
+        mask_at = [[] for _ in range(W)]
+        for t in _TEMPLATES:
+            for j in range(mask_beats):
+                hit = mj_tmpl == (j | t.index << len(g_mj))
+                for i in range(W):
+                    if t.or_mask >> (W * j + i) & 1:
+                        mask_at[i].append(hit)
+        m.d.sync += bt_mask.eq(Cat(*(_or_all(h) if h else Const(0, 1) for h in mask_at)))
+
         m.submodules.icrc = icrc = self._icrc
         m.submodules.vcrc = vcrc = self._vcrc
-        for engine, src in ((icrc, bt_mdata), (vcrc, bt_beat.data)):
+        for engine, src in ((icrc, bt_beat.data | bt_mask), (vcrc, bt_beat.data)):
             m.d.comb += [
                 engine.i.valid.eq(bt_valid & bt_crc_valid),
                 engine.i.payload.data.eq(src),
@@ -805,22 +893,38 @@ class PacketBuilder(wiring.Component):
                      r2_vcrc.eq(xor_tree(cols, Cat(r1_vcrc, r1_icrc), 16) ^ const)]
 
         # ---- delay line: each beat meets its frame's CRCs at the end
-        dl_valid, dl_beat = bt_valid, bt_beat
-        for k in range(self._delay):
-            v = Signal(name=f"dl{k}_valid")
-            b = Signal(beat, name=f"dl{k}_beat", reset_less=True)
-            m.d.sync += [v.eq(dl_valid), b.eq(dl_beat)]
-            dl_valid, dl_beat = v, b
+        # The beats run through a ring in LUT RAM (written every clock, read delay - 1 entries
+        # behind, then registered); only the valid bits are a shift register, so a reset empties it.
+        dl_depth = 1 << (self._delay - 1).bit_length()
+        m.submodules.dl = dl_mem = Memory(shape=beat, depth=dl_depth, init=[])
+        dl_wr = dl_mem.write_port()
+        dl_rd = dl_mem.read_port(domain="comb")
+        dl_wp = Signal(range(dl_depth))
+        dl_rp = Signal(range(dl_depth), init=-(self._delay - 1) % dl_depth)
+        dl_valids = Signal(self._delay)
+        dl_beat = Signal(beat, reset_less=True)
+        m.d.comb += [dl_wr.addr.eq(dl_wp), dl_wr.data.eq(bt_beat), dl_wr.en.eq(1), dl_rd.addr.eq(dl_rp)]
+        m.d.sync += [dl_wp.eq(dl_wp + 1), dl_rp.eq(dl_rp + 1), dl_beat.eq(dl_rd.data),
+                     dl_valids.eq(Cat(bt_valid, dl_valids[:-1]))]
+        dl_valid = dl_valids[-1]
 
+        # The CRC bytes placed in the tail beat's lanes, registered with the beat (tl), then ORed
+        # in on the way into the FIFO.
         crc6 = Cat(r2_icrc, Mux(dl_beat.ib, r2_vcrc, 0))
         placed = Signal(2 * W)
         m.d.comb += placed.eq(crc6 << Cat(Const(0, 3), dl_beat.tail_off[:lb]) if lb else crc6)
-        add = Mux(dl_beat.phase == 1, placed[:W], Mux(dl_beat.phase == 2, placed[W:], 0))
+        tl_add = Signal(W, reset_less=True)
+        tl_beat = Signal(beat, reset_less=True)
+        tl_valid = Signal()
+        m.d.sync += [
+            tl_add.eq(Mux(dl_beat.phase == 1, placed[:W], Mux(dl_beat.phase == 2, placed[W:], 0))),
+            tl_beat.eq(dl_beat), tl_valid.eq(dl_valid),
+        ]
 
         m.submodules.fifo = fifo = SyncFIFOBuffered(width=W + B + 2, depth=self._depth)
         m.d.comb += [
-            fifo.w_en.eq(dl_valid),
-            fifo.w_data.eq(Cat(dl_beat.data | add, dl_beat.keep, dl_beat.last, dl_beat.user)),
+            fifo.w_en.eq(tl_valid),
+            fifo.w_data.eq(Cat(tl_beat.data | tl_add, tl_beat.keep, tl_beat.last, tl_beat.user)),
             self.frame.valid.eq(fifo.r_rdy),
             self.frame.payload.data.eq(fifo.r_data[:W]),
             self.frame.payload.keep.eq(fifo.r_data[W:W + B]),
