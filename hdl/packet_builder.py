@@ -48,6 +48,7 @@ __all__ = ["PacketBuilder", "PacketBuilderAxis", "HEADER_MAX", "DESC_AXIS_WIDTH"
 ICRC_LEN = 4
 VCRC_LEN = 2
 _LEN_BITS = 13  # byte counts inside one frame (< 8192)
+_COPIES = 4     # copies of the widest-fanout select registers (header group selects, k_valid)
 
 #: ``s_desc`` tdata width of :class:`PacketBuilderAxis`: the descriptor rounded up to whole bytes.
 DESC_AXIS_WIDTH = -(-DESC_WIDTH // 8) * 8
@@ -610,15 +611,23 @@ class PacketBuilder(wiring.Component):
             bits += [0] * (8 * HB - len(bits))
             wire_bits.append(bits)
 
-        groups = {}                  # frozenset of template indices -> registered select
+        # Each select has up to _COPIES copies, each serving a contiguous quarter of the header
+        # vector, so no select fans out across the whole block. yosys merges identical flip-flops,
+        # so the copies differ where the value does not matter: while s4 holds no descriptor, copy
+        # c is also 1 for the template that is the group's c-th non-member.
+        groups = {}                  # (frozenset of template indices, copy) -> registered select
+        bit_at = [0]                 # the header bit being built (selects its copy)
 
         def group(members):
             members = frozenset(members)
             if len(members) == nt:
                 return Const(1, 1)
-            if members not in groups:
-                groups[members] = Signal(name=f"s4_grp{len(groups)}")
-            return groups[members]
+            spare = [t.index for t in _TEMPLATES if t.index not in members]
+            n = min(_COPIES, len(spare) + 1)
+            c = bit_at[0] * n // (8 * HB)
+            if (members, c) not in groups:
+                groups[members, c] = Signal(name=f"s4_grp{len(groups)}")
+            return groups[members, c]
 
         def mux_bit(entries):
             sources, ones_at = {}, set()
@@ -634,15 +643,19 @@ class PacketBuilder(wiring.Component):
                 terms.append(group(ones_at))
             return _or_all(terms) if terms else Const(0, 1)
 
+        hdr_bits = []
+        for i in range(8 * HB):
+            bit_at[0] = i
+            hdr_bits.append(mux_bit([bits[i] for bits in wire_bits]))
         hdr = Signal(8 * HB)
         ib = Signal()
-        m.d.comb += [
-            hdr.eq(Cat(*(mux_bit([bits[i] for bits in wire_bits]) for i in range(8 * HB)))),
-            ib.eq(group(t.index for t in _TEMPLATES if t.ib)),
-        ]
+        bit_at[0] = 0
+        m.d.comb += [hdr.eq(Cat(*hdr_bits)), ib.eq(group(t.index for t in _TEMPLATES if t.ib))]
         with m.If(s4_en):
-            m.d.sync += [sel.eq(Cat(*(s3_tmpl == i for i in sorted(members))).any())
-                         for members, sel in groups.items()]
+            for (members, c), sel in groups.items():
+                spare = [t.index for t in _TEMPLATES if t.index not in members]
+                extra = (~s3_valid & (s3_tmpl == spare[c - 1])) if c else Const(0, 1)
+                m.d.sync += sel.eq(Cat(*(s3_tmpl == i for i in sorted(members))).any() | extra)
         with m.If(s5_en):
             m.d.sync += [
                 s5_f.hdr.eq(hdr), s5_f.tmpl.eq(s4_tmpl), s5_f.p.eq(s4_p), s5_f.ib.eq(ib),
@@ -662,7 +675,21 @@ class PacketBuilder(wiring.Component):
         k_f = Signal(frame_info, reset_less=True)
         src = Signal(frame_info)
         src_valid = k_valid | s5_valid
-        m.d.comb += src.eq(Mux(k_valid, k_f, s5_f))
+        # The header part of `src` is selected by copies of k_valid, one per quarter (see the
+        # group selects): they differ only while neither k nor s5 holds a frame (copy 0 is
+        # k_valid itself).
+        kv = [Signal(name=f"k_valid{c}") for c in range(_COPIES)]
+        s5v_next, s4v_next = valid_next[4], valid_next[3]
+        dont_care = ~k_next & ~s5v_next
+        variants = [Const(0, 1), Const(1, 1), s4v_next, ~s4v_next]
+        assert _COPIES <= len(variants)
+        m.d.sync += [kv[c].eq(k_next | (dont_care & variants[c])) for c in range(_COPIES)]
+        quarter = -(-8 * HB // _COPIES)
+        m.d.comb += [
+            src.eq(Mux(k_valid, k_f, s5_f)),
+            src.hdr.eq(Cat(*(Mux(kv[c], k_f.hdr[c * quarter:(c + 1) * quarter],
+                                 s5_f.hdr[c * quarter:(c + 1) * quarter]) for c in range(_COPIES)))),
+        ]
         with m.If(~k_valid):
             m.d.sync += k_f.eq(s5_f)
 
