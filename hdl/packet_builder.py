@@ -239,6 +239,9 @@ def _oc_sum3(m, a, b, c, name):
 
 
 def _or_all(values):
+    """OR of ``values``; a 1-bit 0 for none."""
+    if not values:
+        return Const(0, 1)
     out = values[0]
     for v in values[1:]:
         out = out | v
@@ -376,13 +379,13 @@ class PacketBuilder(wiring.Component):
             for b in range(len(s1_ext_len)):
                 if sum(h.SIZE for h in info.ext_headers) >> b & 1:
                     len_ops[b].append(hit)
-        csel = Cat(*(_or_all(h) if h else Const(0, 1) for h in combo_ops[1:]))
+        csel = Cat(*(_or_all(h) for h in combo_ops[1:]))
         m.d.comb += self.desc.ready.eq(s1_en & ~drop_stall)
         with m.If(s1_en):
             m.d.sync += [
                 s1_d.eq(self.desc.payload),
                 s1_csel.eq(Cat(~csel.any(), csel)),
-                s1_ext_len.eq(Cat(*(_or_all(h) if h else Const(0, 1) for h in len_ops))),
+                s1_ext_len.eq(Cat(*(_or_all(h) for h in len_ops))),
             ]
 
         # ---- s2: decode, header lengths, payload length rounded up, IPv4 word pairs
@@ -615,7 +618,7 @@ class PacketBuilder(wiring.Component):
         # vector, so no select fans out across the whole block. yosys merges identical flip-flops,
         # so the copies differ where the value does not matter: while s4 holds no descriptor, copy
         # c is also 1 for the template that is the group's c-th non-member.
-        groups = {}                  # (frozenset of template indices, copy) -> registered select
+        groups = {}                  # (template indices, copy) -> (select, its spare template)
         bit_at = [0]                 # the header bit being built (selects its copy)
 
         def group(members):
@@ -626,8 +629,8 @@ class PacketBuilder(wiring.Component):
             n = min(_COPIES, len(spare) + 1)
             c = bit_at[0] * n // (8 * HB)
             if (members, c) not in groups:
-                groups[members, c] = Signal(name=f"s4_grp{len(groups)}")
-            return groups[members, c]
+                groups[members, c] = Signal(name=f"s4_grp{len(groups)}"), spare[c - 1] if c else None
+            return groups[members, c][0]
 
         def mux_bit(entries):
             sources, ones_at = {}, set()
@@ -641,7 +644,7 @@ class PacketBuilder(wiring.Component):
             terms = [value & group(members) for value, members in sources.values()]
             if ones_at:
                 terms.append(group(ones_at))
-            return _or_all(terms) if terms else Const(0, 1)
+            return _or_all(terms)
 
         hdr_bits = []
         for i in range(8 * HB):
@@ -652,9 +655,8 @@ class PacketBuilder(wiring.Component):
         bit_at[0] = 0
         m.d.comb += [hdr.eq(Cat(*hdr_bits)), ib.eq(group(t.index for t in _TEMPLATES if t.ib))]
         with m.If(s4_en):
-            for (members, c), sel in groups.items():
-                spare = [t.index for t in _TEMPLATES if t.index not in members]
-                extra = (~s3_valid & (s3_tmpl == spare[c - 1])) if c else Const(0, 1)
+            for (members, _), (sel, spare) in groups.items():
+                extra = (~s3_valid & (s3_tmpl == spare)) if spare is not None else Const(0, 1)
                 m.d.sync += sel.eq(Cat(*(s3_tmpl == i for i in sorted(members))).any() | extra)
         with m.If(s5_en):
             m.d.sync += [
@@ -678,12 +680,12 @@ class PacketBuilder(wiring.Component):
         # The header part of `src` is selected by copies of k_valid, one per quarter (see the
         # group selects): they differ only while neither k nor s5 holds a frame (copy 0 is
         # k_valid itself).
-        kv = [Signal(name=f"k_valid{c}") for c in range(_COPIES)]
         s5v_next, s4v_next = valid_next[4], valid_next[3]
         dont_care = ~k_next & ~s5v_next
-        variants = [Const(0, 1), Const(1, 1), s4v_next, ~s4v_next]
-        assert _COPIES <= len(variants)
-        m.d.sync += [kv[c].eq(k_next | (dont_care & variants[c])) for c in range(_COPIES)]
+        variants = [Const(1, 1), s4v_next, ~s4v_next]
+        assert _COPIES <= len(variants) + 1
+        kv = [k_valid, *(Signal(name=f"k_valid{c}") for c in range(1, _COPIES))]
+        m.d.sync += [kv[c].eq(k_next | (dont_care & variants[c - 1])) for c in range(1, _COPIES)]
         quarter = -(-8 * HB // _COPIES)
         m.d.comb += [
             src.eq(Mux(k_valid, k_f, s5_f)),
@@ -897,7 +899,7 @@ class PacketBuilder(wiring.Component):
                 for i in range(W):
                     if t.or_mask >> (W * j + i) & 1:
                         mask_at[i].append(hit)
-        m.d.sync += bt_mask.eq(Cat(*(_or_all(h) if h else Const(0, 1) for h in mask_at)))
+        m.d.sync += bt_mask.eq(Cat(*(_or_all(h) for h in mask_at)))
 
         m.submodules.icrc = icrc = self._icrc
         m.submodules.vcrc = vcrc = self._vcrc
@@ -922,6 +924,8 @@ class PacketBuilder(wiring.Component):
         # ---- delay line: each beat meets its frame's CRCs at the end
         # The beats run through a ring in LUT RAM (written every clock, read delay - 1 entries
         # behind, then registered); only the valid bits are a shift register, so a reset empties it.
+        # The read pointer is a register of its own rather than wp - (delay - 1): no subtractor
+        # before the RAM's read address.
         dl_depth = 1 << (self._delay - 1).bit_length()
         m.submodules.dl = dl_mem = Memory(shape=beat, depth=dl_depth, init=[])
         dl_wr = dl_mem.write_port()
