@@ -3,7 +3,6 @@
 The RTL runs share the Verilator build of cocotb_tests/test_rnic.py (build/sim/rnic-q256).
 """
 
-import json
 import subprocess
 import sys
 from pathlib import Path
