@@ -86,16 +86,22 @@ _CONFIG = {
     "size": ("message", lambda v: f"{_size(v)} messages"),
 }
 
+_READ_NOTE = ("The host-memory read channel over the same clocks: R beats, clocks the engine had no read "
+              "data due (no AR accepted a memory latency earlier with beats still to come: it had not asked "
+              "in time), and clocks data was due but the memory model sent none.")
+_READ_COLUMNS = (("r_beats", "read beats", "d"), ("r_idle_none_due", "read idle, nothing due", "d"),
+                 ("r_idle_due", "read idle, data due", "d"))
+
 FIGURES = (
     Figure("efficiency", "Wire efficiency vs message size",
            "Unsignaled RoCEv2/IPv4 SENDs on one QP, posted before ENABLE. Efficiency = ideal beats "
            "(sum of ceil(frame bytes / bytes per beat)) / clocks from the first frame beat to the last; "
            "bytes/clock = frame bytes / the same clocks. The first frame carries one memory latency "
-           "(its header leaves before its payload has arrived).",
+           "(its header leaves before its payload has arrived). " + _READ_NOTE,
            ("width", "mem_latency", "mtu", "qps", "quota"),
            (("size", "message", _size), ("messages", "messages", "d"), ("frames", "frames", "d"),
             ("ideal_beats", "ideal beats", "d"), ("clocks", "clocks", "d"), ("efficiency", "efficiency", ".3f"),
-            ("bytes_per_clock", "bytes/clock", ".2f"))),
+            ("bytes_per_clock", "bytes/clock", ".2f"), *_READ_COLUMNS)),
     Figure("rate", "Message rate",
            "Unsignaled 64-byte RoCEv2/IPv4 SENDs round robin over the QPs, one message per scheduler turn "
            "(quota 1), so every message looks its QP context up in the 16-entry cache: 1 and 16 QPs hit "
@@ -103,12 +109,13 @@ FIGURES = (
            "messages/1000 clocks and efficiency count from the second round's first beat to the last beat. "
            "QPC requests (every lookup and update the engine sends to the cache, doorbells included), hits "
            "and misses are the cache's own counters over the whole run (registers QPC_LOOKUPS, QPC_HITS, "
-           "QPC_MISSES).",
+           "QPC_MISSES). " + _READ_NOTE,
            ("width", "mem_latency", "mtu", "quota", "size"),
            (("qps", "QPs", "d"), ("messages", "messages", "d"), ("frames", "frames measured", "d"),
             ("clocks", "clocks", "d"), ("msgs_per_kclk", "messages / 1000 clocks", ".1f"),
             ("efficiency", "efficiency", ".3f"), ("bytes_per_clock", "bytes/clock", ".2f"),
-            ("qpc_lookups", "QPC requests", "d"), ("qpc_hits", "QPC hits", "d"), ("qpc_misses", "QPC misses", "d"))),
+            ("qpc_lookups", "QPC requests", "d"), ("qpc_hits", "QPC hits", "d"), ("qpc_misses", "QPC misses", "d"),
+            *_READ_COLUMNS)),
     Figure("latency", "Doorbell to first frame byte",
            "One 64-byte SEND on one QP (MTU 1024), engine enabled and idle: clocks from the DB_SQ_PI "
            "write's W handshake to the first frame beat, for the QP's first doorbell after reset (its "

@@ -258,12 +258,17 @@ class FrameClock:
 
     def __init__(self, dut):
         self.dut, self.beats, self.starts, self.ends = dut, [], [], []
+        self.ars, self.r_beats, self.r_stalls = [], [], []   # host-memory read channel, for the benches
         cocotb.start_soon(self._watch())
 
     async def _watch(self):
         d, first = self.dut, True
         while True:
             await RisingEdge(d.clk)
+            if int(d.m_axi__arvalid.value) and int(d.m_axi__arready.value):
+                self.ars.append((clock_now(), int(d.m_axi__arlen.value) + 1))
+            if int(d.m_axi__rvalid.value):
+                (self.r_beats if int(d.m_axi__rready.value) else self.r_stalls).append(clock_now())
             if int(d.m_axis__tvalid.value) and int(d.m_axis__tready.value):
                 t = clock_now()
                 self.beats.append(t)

@@ -52,7 +52,8 @@ def test_writers(tmp_path):
         assert list(rows[0])[0] == "width"
     eff = _rows(tmp_path / "efficiency.csv")
     assert list(eff[0]) == ["width", "mem_latency", "mtu", "qps", "quota", "size", "messages", "frames",
-                            "ideal_beats", "clocks", "efficiency", "bytes_per_clock"]
+                            "ideal_beats", "clocks", "efficiency", "bytes_per_clock",
+                            "r_beats", "r_idle_none_due", "r_idle_due"]
     assert [(x["width"], x["size"], float(x["efficiency"])) for x in eff] == \
         [("64", "64", 0.19), ("64", "4096", 0.994), ("128", "64", 0.19), ("128", "4096", 0.994)]
     assert _rows(tmp_path / "rate.csv")[1]["qpc_misses"] == "16"
