@@ -273,35 +273,7 @@ async def _bench_efficiency(tb, qps, size, mtu, messages, mem_latency, quota=16)
     return {"qps": qps, "size": size, "mtu": mtu, "quota": quota, "messages": messages, "mem_latency": mem_latency,
             "frames": len(sizes), "wire_bytes": wire, "ideal_beats": ideal, "clocks": span,
             "efficiency": round(ideal / span, 4), "bytes_per_clock": round(wire / span, 3),
-            "idle_after_first_frame": idle_later, **_read_channel(watch, mem_latency)}
-
-
-def _read_channel(watch, mem_latency, first=0):
-    """The host-memory read channel over the span of frames ``first``..: R beats, clocks with R
-    valid and not ready (the engine's backpressure), clocks with data due (an AR accepted
-    ``mem_latency`` clocks before, beats not yet sent) but R not valid (the memory model), and
-    clocks with nothing due (the engine had not asked in time)."""
-    lo, hi = watch.starts[first], watch.beats[-1]
-    beats, stalls = set(watch.r_beats), set(watch.r_stalls)
-    due_at = {}
-    for t, n in watch.ars:
-        due_at[t + mem_latency] = due_at.get(t + mem_latency, 0) + n
-    owed = sent = 0
-    r_beats = r_stall = mem_idle = none_due = 0
-    for c in range(min([lo, *due_at]), hi + 1):
-        owed += due_at.get(c, 0)
-        busy = c in beats
-        if lo <= c:
-            if busy:
-                r_beats += 1
-            elif c in stalls:
-                r_stall += 1
-            elif owed > sent:
-                mem_idle += 1
-            else:
-                none_due += 1
-        sent += busy
-    return {"r_beats": r_beats, "r_backpressure": r_stall, "r_idle_due": mem_idle, "r_idle_none_due": none_due}
+            "idle_after_first_frame": idle_later, **watch.read_channel(mem_latency)}
 
 
 async def _bench_rate(tb, qps, messages, mem_latency, quota=1, size=64, mtu=4096):
@@ -319,7 +291,7 @@ async def _bench_rate(tb, qps, messages, mem_latency, quota=1, size=64, mtu=4096
             "clocks": span, "msgs_per_kclk": round(1000 * (len(sizes) - warmup) / span, 2),
             "efficiency": round(ideal / span, 4), "bytes_per_clock": round(wire / span, 3),
             **{f"qpc_{k}": counters.get(k) for k in ("lookups", "hits", "misses")},
-            **_read_channel(watch, mem_latency, warmup)}
+            **watch.read_channel(mem_latency, warmup)}
 
 
 async def _bench_latency(tb, mem_latency):

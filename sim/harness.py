@@ -254,12 +254,36 @@ class RtlDevice:
 
 
 class FrameClock:
-    """Watches m_axis: the clock of every beat transferred and of every frame's first beat."""
+    """Watches m_axis: the clock of every beat transferred and of every frame's first beat; and
+    m_axi's read channel: every AR (clock, beats) and every clock R was valid, ready or not."""
 
     def __init__(self, dut):
         self.dut, self.beats, self.starts, self.ends = dut, [], [], []
         self.ars, self.r_beats, self.r_stalls = [], [], []   # host-memory read channel, for the benches
         cocotb.start_soon(self._watch())
+
+    def read_channel(self, mem_latency: int, first: int = 0) -> dict:
+        """Each clock from frame ``first``'s first beat to the last beat, by what the host-memory read
+        channel did: an R beat (``r_beats``), R valid and not ready (``r_backpressure``), data due but
+        R not valid (``r_idle_due``: an AR accepted ``mem_latency`` clocks before or earlier still
+        has beats to come, so the memory is late), or nothing due (``r_idle_none_due``: the engine
+        had not asked in time). For a memory with a fixed latency; the four add up to the span."""
+        lo, hi = self.starts[first], self.beats[-1]
+        beats, stalls = set(self.r_beats), set(self.r_stalls)
+        due_at = {}
+        for t, n in self.ars:
+            due_at[t + mem_latency] = due_at.get(t + mem_latency, 0) + n
+        owed = sent = 0
+        counts = dict.fromkeys(("r_beats", "r_backpressure", "r_idle_due", "r_idle_none_due"), 0)
+        for c in range(min([lo, *due_at]), hi + 1):
+            owed += due_at.get(c, 0)
+            busy = c in beats
+            if c >= lo:
+                kind = ("r_beats" if busy else "r_backpressure" if c in stalls
+                        else "r_idle_due" if owed > sent else "r_idle_none_due")
+                counts[kind] += 1
+            sent += busy
+        return counts
 
     async def _watch(self):
         d, first = self.dut, True

@@ -75,6 +75,19 @@ def test_writers(tmp_path):
     assert "Message rate (W = 64 bits" in text and "12.5" in text
 
 
+def test_read_channel_accounting():
+    """FrameClock.read_channel on a hand-made trace: memory latency 5, a 2-beat AR at clock 0 and a
+    1-beat AR at 3; R beats at 5 and 8 (clock 6 due but late, 7 held by the engine) and 9."""
+    from rnic.sim.harness import FrameClock
+    w = FrameClock.__new__(FrameClock)
+    w.starts, w.beats = [2, 9], [2, 3, 9, 12]
+    w.ars, w.r_beats, w.r_stalls = [(0, 2), (3, 1)], [5, 8, 9], [7]
+    # clocks 2..12: 2-4 nothing due, 5 beat, 6 due, 7 backpressure, 8-9 beats, 10-12 nothing due
+    assert w.read_channel(5) == {"r_beats": 3, "r_backpressure": 1, "r_idle_due": 1, "r_idle_none_due": 6}
+    assert w.read_channel(5, first=1) == {"r_beats": 1, "r_backpressure": 0, "r_idle_due": 0,
+                                          "r_idle_none_due": 3}
+
+
 def test_without_matplotlib(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)          # import matplotlib raises ImportError
     said = []
@@ -116,6 +129,9 @@ def test_quick_bench_on_the_rtl(tmp_path):
     assert all(0 < float(x["efficiency"]) <= 1 for x in eff)
     big = [float(x["efficiency"]) for x in _rows(tmp_path / "efficiency.csv") if int(x["size"]) >= 4096]
     assert big and min(big) >= 0.95, big
+    r = json.loads((tmp_path / "results.json").read_text())
+    for x in [*r["efficiency"], *r["rate"]]:      # every clock of the span is in one read category
+        assert sum(x[k] for k in ("r_beats", "r_backpressure", "r_idle_due", "r_idle_none_due")) == x["clocks"]
     speed = _rows(tmp_path / "speed.csv")
     assert len(speed) == len(quick) + 1 and all(int(x["clocks_per_s"]) > 0 for x in speed)
     assert "Wire efficiency vs message size" in proc.stdout
