@@ -4,7 +4,6 @@ checked byte for byte by ``cocotb_tests/test_packet_builder.py``."""
 
 from __future__ import annotations
 
-import os
 import random
 
 from amaranth import Elaboratable, Module, Signal
@@ -12,6 +11,7 @@ from amaranth.sim import Simulator
 
 from rnic.hdl.packet_builder import _oc_add, _oc_sum3
 from rnic.model.headers import ipv4_checksum
+from rnic.sim.toolchain import seed_from_env
 
 
 class _Tree(Elaboratable):
@@ -54,8 +54,8 @@ def _vectors(rng):
 
 
 def test_checksum_tree_matches_the_model():
-    seed = int(os.environ.get("SEED", random.randrange(1 << 32)))
-    print(f"seed {seed}")
+    seed = seed_from_env()
+    print(f"seed={seed} (rerun with RNIC_SEED={seed})")
     rng = random.Random(seed)
     dut = _Tree()
     sim = Simulator(dut)
