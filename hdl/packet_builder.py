@@ -619,20 +619,20 @@ class PacketBuilder(wiring.Component):
         # so the copies differ where the value does not matter: while s4 holds no descriptor, copy
         # c is also 1 for the template that is the group's c-th non-member.
         groups = {}                  # (template indices, copy) -> (select, its spare template)
-        bit_at = [0]                 # the header bit being built (selects its copy)
 
-        def group(members):
+        def group(members, bit):
+            """The select of ``members``: the copy serving header bit ``bit``."""
             members = frozenset(members)
             if len(members) == nt:
                 return Const(1, 1)
             spare = [t.index for t in _TEMPLATES if t.index not in members]
             n = min(_COPIES, len(spare) + 1)
-            c = bit_at[0] * n // (8 * HB)
+            c = bit * n // (8 * HB)
             if (members, c) not in groups:
                 groups[members, c] = Signal(name=f"s4_grp{len(groups)}"), spare[c - 1] if c else None
             return groups[members, c][0]
 
-        def mux_bit(entries):
+        def mux_bit(entries, bit):
             sources, ones_at = {}, set()
             for t, e in zip(_TEMPLATES, entries):
                 if isinstance(e, int):
@@ -641,19 +641,17 @@ class PacketBuilder(wiring.Component):
                 else:
                     key, value = e
                     sources.setdefault(key, (value, set()))[1].add(t.index)
-            terms = [value & group(members) for value, members in sources.values()]
+            terms = [value & group(members, bit) for value, members in sources.values()]
             if ones_at:
-                terms.append(group(ones_at))
+                terms.append(group(ones_at, bit))
             return _or_all(terms)
 
-        hdr_bits = []
-        for i in range(8 * HB):
-            bit_at[0] = i
-            hdr_bits.append(mux_bit([bits[i] for bits in wire_bits]))
         hdr = Signal(8 * HB)
         ib = Signal()
-        bit_at[0] = 0
-        m.d.comb += [hdr.eq(Cat(*hdr_bits)), ib.eq(group(t.index for t in _TEMPLATES if t.ib))]
+        m.d.comb += [
+            hdr.eq(Cat(*(mux_bit([bits[i] for bits in wire_bits], i) for i in range(8 * HB)))),
+            ib.eq(group((t.index for t in _TEMPLATES if t.ib), 0)),
+        ]
         with m.If(s4_en):
             for (members, _), (sel, spare) in groups.items():
                 extra = (~s3_valid & (s3_tmpl == spare)) if spare is not None else Const(0, 1)
