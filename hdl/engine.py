@@ -28,7 +28,7 @@ ready-list entry; its WQE is read again at the next turn.
 
 from amaranth import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
-from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.lib.fifo import SyncFIFO, SyncFIFOBuffered
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
@@ -163,6 +163,7 @@ class DescriptorEngine(wiring.Component):
         issue_ci = Signal(16)          # SQ index of the WQE being issued (ctx.sq_ci: the committed one)
         chained = Signal()             # this fetch overlaps the previous WQE's packets in flight
         chain_block = Signal()         # a chained fetch failed: drain, then fetch it again in order
+        prefetched = Signal()          # the next WQE's AR left before this WQE's last packet was issued
         inflight = Signal(range(window + 1))
         squash = Signal()
         issued_last = Signal()
@@ -295,9 +296,19 @@ class DescriptorEngine(wiring.Component):
                      info_w.opcode.eq(wqe.opcode), info_w.length.eq(wqe.length), info_w.signaled.eq(wqe.flags[0])]
 
         # --- AXI: WQE fetch ---------------------------------------------------------------------------
+        # One 8-beat burst outstanding at a time; its beats wait in ``wqe_beats`` until Fetch-R (or
+        # Discard) takes them, so a prefetched WQE can arrive while the current one is still issued.
         axi = self.m_axi
-        m.d.comb += [axi.arsize.eq(3), axi.arburst.eq(1), axi.arlen.eq(7), axi.rready.eq(1), axi.bready.eq(1),
-                     axi.araddr.eq((ctx.sq_base & ~0x3F) + ((issue_ci & ((Const(1, 17) << ctx.log_sq_size[:4]) - 1)) << 6))]
+        next_ci = Signal(16)
+        m.d.comb += next_ci.eq(issue_ci + 1)
+        prefetch_ar = Signal()
+        fetch_ci = Mux(prefetch_ar, next_ci, issue_ci)
+        m.submodules.wqe_beats = wqe_beats = SyncFIFO(width=66, depth=8)
+        beat_data, beat_err, beat_last = wqe_beats.r_data[:64], wqe_beats.r_data[64], wqe_beats.r_data[65]
+        m.d.comb += [axi.arsize.eq(3), axi.arburst.eq(1), axi.arlen.eq(7), axi.bready.eq(1),
+                     axi.araddr.eq((ctx.sq_base & ~0x3F) + ((fetch_ci & ((Const(1, 17) << ctx.log_sq_size[:4]) - 1)) << 6)),
+                     axi.rready.eq(wqe_beats.w_rdy), wqe_beats.w_en.eq(axi.rvalid),
+                     wqe_beats.w_data.eq(Cat(axi.rdata, axi.rresp[1], axi.rlast))]
 
         # --- the control FSM ---------------------------------------------------------------------------
         req = self.qpc_req.payload
@@ -333,12 +344,14 @@ class DescriptorEngine(wiring.Component):
         solo = (rdy.level == 0) & ~self.doorbell.valid & ~self.cq_doorbell.valid
         quota_ok = (steps + inflight < quota) | solo
         can_issue = (~squash & ~issued_last & (inflight < window) & quota_ok)
-        next_ci = Signal(16)
-        m.d.comb += next_ci.eq(issue_ci + 1)
         # The next WQE may start before this one retires only if this one writes no CQE: a CQE can
         # overflow or be dropped, which moves the QP to ERROR before the next WQE (model order).
-        can_chain = (~squash & issued_last & ~chain_block & ~wqe.flags[0] & (ctx.state == QpState.RTS)
-                     & (next_ci != ctx.sq_pi) & (inflight < window) & quota_ok)
+        chainable = ~chain_block & ~wqe.flags[0] & (ctx.state == QpState.RTS) & (next_ci != ctx.sq_pi)
+        can_chain = ~squash & issued_last & chainable & (inflight < window) & quota_ok
+        # Its AR may leave before this WQE's last packet is issued, ahead of that packet's payload
+        # reads, if can_chain is expected to hold once the packet is in flight. Chain checks it again.
+        can_prefetch = (last & chainable & (inflight + 1 < window)
+                        & ((steps + inflight + 1 < quota) | solo))
 
         with m.FSM(init="Clear") as fsm:
             with m.State("Clear"):
@@ -447,9 +460,10 @@ class DescriptorEngine(wiring.Component):
                 with m.If(axi.arready):
                     m.next = "Fetch-R"
             with m.State("Fetch-R"):
-                with m.If(axi.rvalid):
-                    m.d.sync += [wqe_raw.eq(Cat(wqe_raw[64:], axi.rdata)), rerr.eq(rerr | axi.rresp[1])]
-                    with m.If(axi.rlast):
+                m.d.comb += wqe_beats.r_en.eq(1)
+                with m.If(wqe_beats.r_rdy):
+                    m.d.sync += [wqe_raw.eq(Cat(wqe_raw[64:], beat_data)), rerr.eq(rerr | beat_err)]
+                    with m.If(beat_last):
                         m.next = "Fetched"
             with m.State("Fetched"):
                 m.d.sync += [do_cqe.eq(1), ret.eq(RET_LOOP)]
@@ -489,6 +503,8 @@ class DescriptorEngine(wiring.Component):
             with m.State("Send-Loop"):
                 with m.If(info.r_rdy & self.status.valid):
                     m.next = "Commit"
+                with m.Elif(can_issue & can_prefetch):
+                    m.next = "Prefetch"
                 with m.Elif(can_issue):
                     m.next = "Issue"
                 with m.Elif(can_chain):
@@ -501,6 +517,13 @@ class DescriptorEngine(wiring.Component):
                         m.d.sync += offset.eq(issue_off)
                         m.next = "Turn-End"
 
+            with m.State("Prefetch"):
+                m.d.comb += [axi.arvalid.eq(1), prefetch_ar.eq(1)]
+                m.d.sync += rerr.eq(0)
+                with m.If(axi.arready):
+                    m.d.sync += prefetched.eq(1)
+                    m.next = "Issue"
+
             with m.State("Issue"):
                 m.d.comb += [self.desc.valid.eq(~sent[0]), self.rd_cmd.valid.eq(~sent[1]),
                              self.group.valid.eq(~sent[2])]
@@ -510,6 +533,22 @@ class DescriptorEngine(wiring.Component):
                     m.d.comb += info.w_en.eq(1)
                     m.d.sync += [sent.eq(0), inflight.eq(inflight + 1), issue_off.eq(issue_off + seg),
                                  issue_psn.eq(issue_psn + psns), issued_last.eq(last)]
+                    m.next = "Send-Loop"
+                    with m.If(prefetched):
+                        m.next = "Chain"
+
+            with m.State("Chain"):
+                m.d.sync += prefetched.eq(0)
+                with m.If(can_chain):
+                    m.d.sync += [issue_ci.eq(next_ci), chained.eq(1)]
+                    m.next = "Fetch-R"
+                with m.Else():
+                    m.next = "Discard"
+            with m.State("Discard"):
+                # a doorbell arrived meanwhile and ended the solo turn: the prefetched WQE is dropped
+                # (Loop fetches it again in the next turn)
+                m.d.comb += wqe_beats.r_en.eq(1)
+                with m.If(wqe_beats.r_rdy & beat_last):
                     m.next = "Send-Loop"
 
             with m.State("Commit"):
