@@ -51,12 +51,16 @@ async def test_random_traffic(dut):
     backpressure."""
     seed = _seed()
     tb = TB(dut, seed)
+    watch = FrameClock(dut)
     for k in range(int(os.environ.get("RNIC_ROUNDS", "4"))):
         tb.reseed(seed + k)
         nqps = tb.rng.choice([1, 3, 8, 24, 40])
         w = random_workload(tb.rng, nqps=nqps, wqes=max(2, 24 // nqps), max_len=tb.rng.choice([6000, 1 << 16]),
                             max_qps=MAX_QPS)
         await tb.run(w, latency=(1, tb.rng.choice([20, 500])), pause=0.2, sink_pause=tb.rng.choice([0.0, 0.3]))
+        # store and forward: once a frame has started, every clock the sink is ready has a beat
+        assert not watch.gaps, f"seed {seed + k}: {len(watch.gaps)} clocks inside frames with tready and no tvalid, " \
+                               f"first at clock {watch.gaps[0]}"
 
 
 
@@ -263,9 +267,9 @@ def _span(tb, sizes, watch, first=0):
 async def _bench_efficiency(tb, qps, size, mtu, messages, mem_latency, quota=16):
     """Unsignaled SENDs of ``size`` bytes, round robin over ``qps`` QPs; sink always ready.
     Efficiency = ideal beats (ceil(frame bytes / bytes per beat)) / clocks from the first beat to the
-    last. A frame's header can leave before its payload has arrived, so the first frame holds one
-    memory latency; ``idle_after_first_frame`` counts the idle clocks from the second frame's first
-    beat on."""
+    last. A frame leaves only once its payload has arrived; ``idle_after_first_frame`` counts the idle
+    clocks from the second frame's first beat on, ``frame_gaps`` the clocks inside frames without a
+    beat (0: store and forward)."""
     sizes, watch = await _sends(tb, qps, size, mtu, messages, mem_latency, quota)
     wire, ideal, span = _span(tb, sizes, watch)
     later = [t for t in watch.beats if t >= watch.starts[1]] if len(watch.starts) > 1 else []
@@ -273,7 +277,7 @@ async def _bench_efficiency(tb, qps, size, mtu, messages, mem_latency, quota=16)
     return {"qps": qps, "size": size, "mtu": mtu, "quota": quota, "messages": messages, "mem_latency": mem_latency,
             "frames": len(sizes), "wire_bytes": wire, "ideal_beats": ideal, "clocks": span,
             "efficiency": round(ideal / span, 4), "bytes_per_clock": round(wire / span, 3),
-            "idle_after_first_frame": idle_later, **watch.read_channel(mem_latency)}
+            "idle_after_first_frame": idle_later, "frame_gaps": len(watch.gaps), **watch.read_channel(mem_latency)}
 
 
 async def _bench_rate(tb, qps, messages, mem_latency, quota=1, size=64, mtu=4096):
@@ -290,13 +294,13 @@ async def _bench_rate(tb, qps, messages, mem_latency, quota=1, size=64, mtu=4096
             "warmup_frames": warmup, "frames": len(sizes) - warmup, "wire_bytes": wire, "ideal_beats": ideal,
             "clocks": span, "msgs_per_kclk": round(1000 * (len(sizes) - warmup) / span, 2),
             "efficiency": round(ideal / span, 4), "bytes_per_clock": round(wire / span, 3),
-            **{f"qpc_{k}": counters.get(k) for k in ("lookups", "hits", "misses")},
+            **{f"qpc_{k}": counters.get(k) for k in ("lookups", "hits", "misses")}, "frame_gaps": len(watch.gaps),
             **watch.read_channel(mem_latency, warmup)}
 
 
 async def _bench_latency(tb, mem_latency):
-    """Doorbell (the DB_SQ_PI write's W handshake) to the first frame beat, for a QP whose context is
-    not cached (first doorbell after reset) and for the same QP again (cached)."""
+    """Doorbell (the DB_SQ_PI write's W handshake) to the first and to the last frame beat, for a QP
+    whose context is not cached (first doorbell after reset) and for the same QP again (cached)."""
     dut = tb.dut
     b = WorkloadBuilder(1, rng=tb.rng, max_qps=MAX_QPS)
     b.cq(0)
@@ -320,6 +324,9 @@ async def _bench_latency(tb, mem_latency):
         while len(watch.starts) < pi:
             await RisingEdge(dut.clk)
         out[f"doorbell_to_first_byte_{name}"] = watch.starts[-1] - t0
+        while len(watch.ends) < pi:
+            await RisingEdge(dut.clk)
+        out[f"doorbell_to_last_byte_{name}"] = watch.ends[-1] - t0
         while not (await tb.read_reg("STATUS")) & 1:
             await ClockCycles(dut.clk, 10)
     return out

@@ -46,7 +46,8 @@ class Rnic(wiring.Component):
     payload_queue : int
         Beats of payload the reader may have requested and not yet handed to the packet builder;
         it must exceed the memory latency in clocks for back-to-back packets (1024: 500 clocks).
-        At least one 4 KiB page of beats.
+        A packet's frame starts only once all its payload is here, so it must hold one largest
+        packet: at least ``max_mtu / (width / 8) - 2`` beats (the reader's output stage holds 3).
     desc_queue : int
         Packet descriptors queued in front of the packet builder, whose pipeline takes only a few
         while their frames wait for payload; issuing further ahead hides more memory latency.
@@ -59,7 +60,9 @@ class Rnic(wiring.Component):
         Host memory. ID bits [5:4] name the internal master (QP cache, payload, WQE, completion).
     m_axis : Out(AXIStreamSignature(width, user_width=1))
         Frames, first byte in lane 0, ``tuser`` = 1 on the last beat of an aborted frame (a MAC
-        drops it). No FCS, no padding to 60 bytes.
+        drops it). No FCS, no padding to 60 bytes. A frame starts only when its payload is on chip,
+        so while ``tready`` stays high its beats come on consecutive clocks (a MAC may not take a
+        gap inside a frame).
     irq : Out(1)
         Level interrupt: ``INT_STATUS & INT_ENABLE`` non-zero.
     """
@@ -69,6 +72,11 @@ class Rnic(wiring.Component):
         if width not in DATAPATH_WIDTHS:
             raise ValueError(f"width must be 64, 128, 256 or 512, not {width!r}")
         PathMtu.of_bytes(max_mtu)                       # 256 .. 4096 or ValueError
+        # a packet's raw beats (one more than its payload beats when unaligned) must fit the queue
+        # plus the reader's three-beat output stage: its frame waits for all of them
+        if payload_queue + 3 < max_mtu // (width // 8) + 1:
+            raise ValueError(f"payload_queue must be at least {max_mtu // (width // 8) - 2} beats at width "
+                             f"{width} and max_mtu {max_mtu} (one largest packet), not {payload_queue!r}")
         self.cache_cfg = cache_cfg or QpcCacheConfig()
         self.width, self.max_mtu = width, max_mtu
         self.max_qps, self.window, self.payload_queue = max_qps, window, payload_queue
@@ -123,8 +131,16 @@ class Rnic(wiring.Component):
 
         # packets: descriptors and payload into the builder, frames through the gate
         m.submodules.desc_q = dq = SyncFIFOBuffered(width=DescriptorLayout.size, depth=self.desc_queue)
+        # Store and forward: a descriptor goes to the builder only once its packet's payload has all
+        # arrived (the reader's statuses come in packet order), so a started frame never waits for
+        # host memory; the payload queue holds a whole packet (checked in __init__).
+        arrived = Signal(range(self.desc_queue + self.window + 2))
+        release = Signal()
+        m.d.comb += release.eq(dq.r_rdy & (arrived != 0) & pb.desc.ready)
+        m.d.sync += arrived.eq(arrived + (rd.status.valid & rd.status.ready) - release)
         m.d.comb += [dq.w_en.eq(eng.desc.valid), dq.w_data.eq(eng.desc.payload), eng.desc.ready.eq(dq.w_rdy),
-                     pb.desc.valid.eq(dq.r_rdy), pb.desc.payload.eq(dq.r_data), dq.r_en.eq(pb.desc.ready)]
+                     pb.desc.valid.eq(dq.r_rdy & (arrived != 0)), pb.desc.payload.eq(dq.r_data),
+                     dq.r_en.eq(release)]
         wiring.connect(m, eng.rd_cmd, rd.cmd)
         wiring.connect(m, rd.payload, pb.payload)
         wiring.connect(m, rd.status, gate.rd_status)

@@ -89,6 +89,9 @@ _CONFIG = {
 _READ_NOTE = ("The host-memory read channel over the same clocks: R beats, clocks the engine had no read "
               "data due (no AR accepted a memory latency earlier with beats still to come: it had not asked "
               "in time), and clocks data was due but the memory model sent none.")
+_GAP_NOTE = (" Gaps inside frames: clocks between a frame's first and last beat with the sink ready and no "
+             "beat (a MAC would underrun); 0 because a frame starts only when its payload is on chip.")
+_GAP_COLUMN = ("frame_gaps", "gaps inside frames", "d")
 _READ_COLUMNS = (("r_beats", "read beats", "d"), ("r_idle_none_due", "read idle, nothing due", "d"),
                  ("r_idle_due", "read idle, data due", "d"))
 
@@ -96,12 +99,12 @@ FIGURES = (
     Figure("efficiency", "Wire efficiency vs message size",
            "Unsignaled RoCEv2/IPv4 SENDs on one QP, posted before ENABLE. Efficiency = ideal beats "
            "(sum of ceil(frame bytes / bytes per beat)) / clocks from the first frame beat to the last; "
-           "bytes/clock = frame bytes / the same clocks. The first frame carries one memory latency "
-           "(its header leaves before its payload has arrived). " + _READ_NOTE,
+           "bytes/clock = frame bytes / the same clocks (the span starts at the first frame, which leaves "
+           "only once its whole payload has arrived)." + _GAP_NOTE + " " + _READ_NOTE,
            ("width", "mem_latency", "mtu", "qps", "quota"),
            (("size", "message", _size), ("messages", "messages", "d"), ("frames", "frames", "d"),
             ("ideal_beats", "ideal beats", "d"), ("clocks", "clocks", "d"), ("efficiency", "efficiency", ".3f"),
-            ("bytes_per_clock", "bytes/clock", ".2f"), *_READ_COLUMNS)),
+            ("bytes_per_clock", "bytes/clock", ".2f"), _GAP_COLUMN, *_READ_COLUMNS)),
     Figure("rate", "Message rate",
            "Unsignaled 64-byte RoCEv2/IPv4 SENDs round robin over the QPs, one message per scheduler turn "
            "(quota 1), so every message looks its QP context up in the 16-entry cache: 1 and 16 QPs hit "
@@ -109,21 +112,24 @@ FIGURES = (
            "messages/1000 clocks and efficiency count from the second round's first beat to the last beat. "
            "QPC requests (every lookup and update the engine sends to the cache, doorbells included), hits "
            "and misses are the cache's own counters over the whole run (registers QPC_LOOKUPS, QPC_HITS, "
-           "QPC_MISSES). " + _READ_NOTE,
+           "QPC_MISSES)." + _GAP_NOTE + " " + _READ_NOTE,
            ("width", "mem_latency", "mtu", "quota", "size"),
            (("qps", "QPs", "d"), ("messages", "messages", "d"), ("frames", "frames measured", "d"),
             ("clocks", "clocks", "d"), ("msgs_per_kclk", "messages / 1000 clocks", ".1f"),
             ("efficiency", "efficiency", ".3f"), ("bytes_per_clock", "bytes/clock", ".2f"),
             ("qpc_lookups", "QPC requests", "d"), ("qpc_hits", "QPC hits", "d"), ("qpc_misses", "QPC misses", "d"),
-            *_READ_COLUMNS)),
-    Figure("latency", "Doorbell to first frame byte",
+            _GAP_COLUMN, *_READ_COLUMNS)),
+    Figure("latency", "Doorbell to frame",
            "One 64-byte SEND on one QP (MTU 1024), engine enabled and idle: clocks from the DB_SQ_PI "
-           "write's W handshake to the first frame beat, for the QP's first doorbell after reset (its "
-           "context is not cached) and for a second doorbell (cached).",
+           "write's W handshake to the first and to the last frame beat, for the QP's first doorbell "
+           "after reset (its context is not cached) and for a second doorbell (cached). The frame "
+           "starts once its payload has arrived, so its 16 beats follow on consecutive clocks.",
            ("width",),
            (("mem_latency", "memory latency (clocks)", "d"),
-            ("doorbell_to_first_byte_miss", "QP context not cached", "d"),
-            ("doorbell_to_first_byte_hit", "cached", "d"))),
+            ("doorbell_to_first_byte_miss", "first byte, QP context not cached", "d"),
+            ("doorbell_to_last_byte_miss", "last byte, not cached", "d"),
+            ("doorbell_to_first_byte_hit", "first byte, cached", "d"),
+            ("doorbell_to_last_byte_hit", "last byte, cached", "d"))),
     Figure("fairness", "Scheduler fairness",
            "QP 0 posts one long SEND, every other QP posts 1 KiB SENDs, all before ENABLE. Over the span "
            "in which every QP has work (first frame to the frame that empties the first QP): max lead = "
@@ -162,7 +168,8 @@ def _headline(part: str, r: dict) -> str:
         rate = f"{r['msgs_per_kclk']:.1f} msgs/1000 clk, " if part == "rate" else ""
         return f"{rate}efficiency {r['efficiency']:.3f}"
     if part == "latency":
-        return f"{r['doorbell_to_first_byte_miss']} clocks (miss), {r['doorbell_to_first_byte_hit']} (hit)"
+        return (f"first byte {r['doorbell_to_first_byte_miss']} clocks (miss), {r['doorbell_to_first_byte_hit']} "
+                f"(hit); last byte {r['doorbell_to_last_byte_miss']}, {r['doorbell_to_last_byte_hit']}")
     if part == "fairness":
         return f"Jain {r['jain']:.3f}, max wait {r['max_wait_packets']} (bound {r['bound_wait_packets']})"
     return ""

@@ -254,11 +254,13 @@ class RtlDevice:
 
 
 class FrameClock:
-    """Watches m_axis: the clock of every beat transferred and of every frame's first beat; and
-    m_axi's read channel: every AR (clock, beats) and every clock R was valid, ready or not."""
+    """Watches m_axis: the clock of every beat transferred and of every frame's first beat, and
+    every *gap* (a clock inside a frame with ``tready`` high and ``tvalid`` low: a MAC would
+    underrun); and m_axi's read channel: every AR (clock, beats) and every clock R was valid, ready
+    or not."""
 
     def __init__(self, dut):
-        self.dut, self.beats, self.starts, self.ends = dut, [], [], []
+        self.dut, self.beats, self.starts, self.ends, self.gaps = dut, [], [], [], []
         self.ars, self.r_beats, self.r_stalls = [], [], []   # host-memory read channel, for the benches
         cocotb.start_soon(self._watch())
 
@@ -293,7 +295,10 @@ class FrameClock:
                 self.ars.append((clock_now(), int(d.m_axi__arlen.value) + 1))
             if int(d.m_axi__rvalid.value):
                 (self.r_beats if int(d.m_axi__rready.value) else self.r_stalls).append(clock_now())
-            if int(d.m_axis__tvalid.value) and int(d.m_axis__tready.value):
+            valid, ready = int(d.m_axis__tvalid.value), int(d.m_axis__tready.value)
+            if ready and not valid and not first:
+                self.gaps.append(clock_now())
+            if valid and ready:
                 t = clock_now()
                 self.beats.append(t)
                 if first:

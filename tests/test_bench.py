@@ -23,7 +23,8 @@ def _results():
              "warmup_frames": q, "frames": 64 - q, "wire_bytes": 7808, "ideal_beats": 976, "clocks": 4000,
              "msgs_per_kclk": 12.5, "efficiency": 0.244, "bytes_per_clock": 1.95,
              "qpc_lookups": 128, "qpc_hits": 128 - q, "qpc_misses": q} for q in (1, 16)]
-    lat = [{"width": 64, "mem_latency": 50, "doorbell_to_first_byte_miss": 177, "doorbell_to_first_byte_hit": 106}]
+    lat = [{"width": 64, "mem_latency": 50, "doorbell_to_first_byte_miss": 177, "doorbell_to_first_byte_hit": 106,
+            "doorbell_to_last_byte_miss": 192, "doorbell_to_last_byte_hit": 121}]
     fair = [{"width": 64, "qps": 4, "quota": 4, "mtu": 1024, "mem_latency": 50, "long_len": 16384, "short_len": 1024,
              "shorts": 16, "frames_in_span": 64, "clocks_in_span": 9000, "jain": 0.999, "frames_in_rounds": 64,
              "max_lead_packets": 4, "max_wait_packets": 12, "bound_wait_packets": 12}]
@@ -52,7 +53,7 @@ def test_writers(tmp_path):
         assert list(rows[0])[0] == "width"
     eff = _rows(tmp_path / "efficiency.csv")
     assert list(eff[0]) == ["width", "mem_latency", "mtu", "qps", "quota", "size", "messages", "frames",
-                            "ideal_beats", "clocks", "efficiency", "bytes_per_clock",
+                            "ideal_beats", "clocks", "efficiency", "bytes_per_clock", "frame_gaps",
                             "r_beats", "r_idle_none_due", "r_idle_due"]
     assert [(x["width"], x["size"], float(x["efficiency"])) for x in eff] == \
         [("64", "64", 0.19), ("64", "4096", 0.994), ("128", "64", 0.19), ("128", "4096", 0.994)]
@@ -67,7 +68,7 @@ def test_writers(tmp_path):
     assert "Configuration: W = 64 bits (8 bytes per beat); memory latency 50 clocks; MTU 4096; SCHED_QUOTA 1; " \
            "64 B messages; sink always ready; commit 0123456789ab." in md
     assert "| 16 | 64 | 48 | 4000 | 12.5 | 0.244 | 1.95 | 128 | 112 | 16 |" in md
-    assert "| 50 | 177 | 106 |" in md
+    assert "| 50 | 177 | 192 | 106 | 121 |" in md
     assert "![Wire efficiency vs message size](efficiency.png)" in md
     for png in ("efficiency.png", "rate.png"):
         assert (tmp_path / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -131,6 +132,7 @@ def test_quick_bench_on_the_rtl(tmp_path):
     assert big and min(big) >= 0.95, big
     r = json.loads((tmp_path / "results.json").read_text())
     for x in [*r["efficiency"], *r["rate"]]:      # every clock of the span is in one read category
+        assert x["frame_gaps"] == 0, x
         assert sum(x[k] for k in ("r_beats", "r_backpressure", "r_idle_due", "r_idle_none_due")) == x["clocks"]
     speed = _rows(tmp_path / "speed.csv")
     assert len(speed) == len(quick) + 1 and all(int(x["clocks_per_s"]) > 0 for x in speed)

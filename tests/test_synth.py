@@ -60,6 +60,18 @@ def test_defaults_and_config():
     assert cfg["max_qps"] == default.max_qps and cfg["window"] == default.window
 
 
+def test_payload_queue_holds_a_packet():
+    """A frame leaves only once its whole payload is on chip, so the payload queue must hold one
+    largest packet's raw beats (less the reader's three-beat output stage)."""
+    from rnic.hdl.rnic import Rnic
+
+    with pytest.raises(ValueError, match="payload_queue must be at least 510 beats at width 64 and max_mtu 4096"):
+        Rnic(payload_queue=509)
+    assert Rnic(payload_queue=510).payload_queue == 510
+    assert Rnic(width=64, max_mtu=1024, payload_queue=256).payload_queue == 256
+    assert Rnic(width=512, payload_queue=256).payload_queue == 256
+
+
 def test_engine_options_reach_rnic():
     args = cli.parse_args(_args("--qp-cache", "64", "--max-qps", "64", "--window", "8", "--width", "256",
                                 "--max-mtu", "1024"))
