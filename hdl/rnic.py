@@ -44,10 +44,12 @@ class Rnic(wiring.Component):
     window : int
         Packets the engine issues ahead of their payload reads' completion.
     payload_queue : int
-        Beats of payload the reader may have requested and not yet handed to the packet builder;
-        it must exceed the memory latency in clocks for back-to-back packets (1024: 500 clocks).
+        Beats of payload the reader may have requested and not yet handed to the packet builder.
         A packet's frame starts only once all its payload is here, so it must hold one largest
         packet: at least ``max_mtu / (width / 8) - 2`` beats (the reader's output stage holds 3).
+        Back-to-back packets at full rate need about one largest packet plus the memory latency in
+        clocks (``docs/engine.md``: at W = 64, MTU 4096 and 500-clock memory, 1024 gives 0.83 of
+        the wire and 2048 gives 1.00).
     desc_queue : int
         Packet descriptors queued in front of the packet builder, whose pipeline takes only a few
         while their frames wait for payload; issuing further ahead hides more memory latency.
