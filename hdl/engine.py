@@ -15,8 +15,10 @@ hardware form. One control FSM does the work in the model's order:
   payload bus error leaves the QP exactly as the model does. Packets issued after a failing one
   are aborted by :class:`FrameGate` (``tuser``) and never counted;
 * the window spans WQEs after an unsignaled WQE (its retire cannot fail the QP): the next WQE is
-  fetched and issued while the earlier packets are in flight. After a signaled WQE the engine
-  waits until it has retired (its CQE may overflow the CQ and move the QP to ERROR);
+  fetched and issued while the earlier packets are in flight, its AR sent just before the earlier
+  WQE's last packet is issued (Prefetch; Chain re-checks, Discard drops it if a doorbell ended the
+  turn meanwhile). After a signaled WQE the engine waits until it has retired (its CQE may
+  overflow the CQ and move the QP to ERROR);
 * completions go through :class:`rnic.hdl.completion.CqeWriter`.
 
 After reset the engine spends ``max_qps`` clocks clearing the scheduled bits (a memory, which a
