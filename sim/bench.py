@@ -123,7 +123,7 @@ FIGURES = (
            "One 64-byte SEND on one QP (MTU 1024), engine enabled and idle: clocks from the DB_SQ_PI "
            "write's W handshake to the first and to the last frame beat, for the QP's first doorbell "
            "after reset (its context is not cached) and for a second doorbell (cached). The frame "
-           "starts once its payload has arrived, so its 16 beats follow on consecutive clocks.",
+           "starts once its payload has arrived, so its beats follow on consecutive clocks.",
            ("width",),
            (("mem_latency", "memory latency (clocks)", "d"),
             ("doorbell_to_first_byte_miss", "first byte, QP context not cached", "d"),
