@@ -166,6 +166,7 @@ class DescriptorEngine(wiring.Component):
         chained = Signal()             # this fetch overlaps the previous WQE's packets in flight
         chain_block = Signal()         # a chained fetch failed: drain, then fetch it again in order
         prefetched = Signal()          # the next WQE's AR left before this WQE's last packet was issued
+        fetch_pending = Signal()       # ... and its beats are still to be taken (commits go on meanwhile)
         inflight = Signal(range(window + 1))
         squash = Signal()
         issued_last = Signal()
@@ -462,6 +463,7 @@ class DescriptorEngine(wiring.Component):
                 with m.If(axi.arready):
                     m.next = "Fetch-R"
             with m.State("Fetch-R"):
+                m.d.sync += fetch_pending.eq(0)
                 m.d.comb += wqe_beats.r_en.eq(1)
                 with m.If(wqe_beats.r_rdy):
                     m.d.sync += [wqe_raw.eq(Cat(wqe_raw[64:], beat_data)), rerr.eq(rerr | beat_err)]
@@ -505,6 +507,9 @@ class DescriptorEngine(wiring.Component):
             with m.State("Send-Loop"):
                 with m.If(info.r_rdy & self.status.valid):
                     m.next = "Commit"
+                with m.Elif(fetch_pending):
+                    with m.If(wqe_beats.r_rdy):
+                        m.next = "Fetch-R"
                 with m.Elif(can_issue & can_prefetch):
                     m.next = "Prefetch"
                 with m.Elif(can_issue):
@@ -542,8 +547,8 @@ class DescriptorEngine(wiring.Component):
             with m.State("Chain"):
                 m.d.sync += prefetched.eq(0)
                 with m.If(can_chain):
-                    m.d.sync += [issue_ci.eq(next_ci), chained.eq(1)]
-                    m.next = "Fetch-R"
+                    m.d.sync += [issue_ci.eq(next_ci), chained.eq(1), fetch_pending.eq(1)]
+                    m.next = "Send-Loop"
                 with m.Else():
                     m.next = "Discard"
             with m.State("Discard"):
