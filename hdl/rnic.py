@@ -51,8 +51,9 @@ class Rnic(wiring.Component):
         clocks (``docs/engine.md``: at W = 64, MTU 4096 and 500-clock memory, 1024 gives 0.83 of
         the wire and 2048 gives 1.00).
     desc_queue : int
-        Packet descriptors queued in front of the packet builder, whose pipeline takes only a few
-        while their frames wait for payload; issuing further ahead hides more memory latency.
+        Packet descriptors queued in front of the packet builder. Each waits there until its
+        payload has arrived (store and forward), so the depth bounds how many packets are issued,
+        and their payload read, ahead of the wire; issuing further ahead hides more memory latency.
 
     Members
     -------
