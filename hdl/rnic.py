@@ -77,9 +77,10 @@ class Rnic(wiring.Component):
         PathMtu.of_bytes(max_mtu)                       # 256 .. 4096 or ValueError
         # a packet's raw beats (one more than its payload beats when unaligned) must fit the queue
         # plus the reader's three-beat output stage: its frame waits for all of them
-        if payload_queue + 3 < max_mtu // (width // 8) + 1:
-            raise ValueError(f"payload_queue must be at least {max_mtu // (width // 8) - 2} beats at width "
-                             f"{width} and max_mtu {max_mtu} (one largest packet), not {payload_queue!r}")
+        least = max_mtu // (width // 8) + 1 - 3
+        if payload_queue < least:
+            raise ValueError(f"payload_queue must be at least {least} beats at width {width} and max_mtu "
+                             f"{max_mtu} (one largest packet), not {payload_queue!r}")
         self.cache_cfg = cache_cfg or QpcCacheConfig()
         self.width, self.max_mtu = width, max_mtu
         self.max_qps, self.window, self.payload_queue = max_qps, window, payload_queue
