@@ -345,16 +345,19 @@ class DescriptorEngine(wiring.Component):
         # nobody else waits: the turn goes on past its quota (round robin over one QP is that QP, and a
         # turn boundary would drain the window and read the WQE again)
         solo = (rdy.level == 0) & ~self.doorbell.valid & ~self.cq_doorbell.valid
-        quota_ok = (steps + inflight < quota) | solo
-        can_issue = (~squash & ~issued_last & (inflight < window) & quota_ok)
+
+        def room(ahead):
+            """The window and the quota allow one more packet with ``ahead`` more in flight than now."""
+            return (inflight + ahead < window) & ((steps + inflight + ahead < quota) | solo)
+
+        can_issue = ~squash & ~issued_last & room(0)
         # The next WQE may start before this one retires only if this one writes no CQE: a CQE can
         # overflow or be dropped, which moves the QP to ERROR before the next WQE (model order).
         chainable = ~chain_block & ~wqe.flags[0] & (ctx.state == QpState.RTS) & (next_ci != ctx.sq_pi)
-        can_chain = ~squash & issued_last & chainable & (inflight < window) & quota_ok
+        can_chain = ~squash & issued_last & chainable & room(0)
         # Its AR may leave before this WQE's last packet is issued, ahead of that packet's payload
         # reads, if can_chain is expected to hold once the packet is in flight. Chain checks it again.
-        can_prefetch = (last & chainable & (inflight + 1 < window)
-                        & ((steps + inflight + 1 < quota) | solo))
+        can_prefetch = last & chainable & room(1)
 
         with m.FSM(init="Clear") as fsm:
             with m.State("Clear"):
