@@ -403,7 +403,8 @@ async def test_random_access(dut):
 
 @cocotb.test()
 async def test_sgid_port(dut):
-    """SGID table read port: outputs show the entry sgid_index selected one clock earlier."""
+    """SGID table read port: outputs show the entry sgid_index selected one clock earlier. Then a
+    reset in mid-test: the whole table reads 0 again, and a write right after the reset lands."""
     tb = TB(dut, "sgid")
     await tb.reset()
     rng = tb.rng
@@ -429,6 +430,26 @@ async def test_sgid_port(dut):
             assert got == entry(history[-2]), f"clock {k}: SGID port shows {got}, entry {history[-2]} is {entry(history[-2])}"
             if history[-1] != history[-2]:
                 assert got != entry(history[-1]) or entry(history[-1]) == entry(history[-2]), "SGID port not registered"
+
+    # A reset zeroes the table (the block writes zeros for 16 clocks after it); a write issued right
+    # after the reset waits for that and then lands.
+    dut.rst.value = 1
+    await ClockCycles(dut.clk, 3)
+    dut.rst.value = 0
+    await tb.edge
+    value = rng.randrange(1, 1 << 32)
+    await tb.axil.write(REG["SGID5_GID2"].offset, value.to_bytes(4, "little"))
+    for i in range(SGID_ENTRIES):
+        for field in ("GID0", "GID1", "GID2", "GID3", "MAC_LO", "MAC_HI", "VLAN"):
+            want = value if (i, field) == (5, "GID2") else 0
+            got = await tb.read(REG[f"SGID{i}_{field}"].offset)
+            assert got == want, f"after reset: SGID{i}_{field} reads {got:#x}, want {want:#x}"
+    for idx in (5, 9):
+        dut.sgid_index.value = idx
+        await ClockCycles(dut.clk, 2)
+        want = (value << 64 if idx == 5 else 0, 0, 0, 0)
+        got = (_u(dut.sgid_gid), _u(dut.sgid_mac), int(dut.sgid_vlan_id.value), int(dut.sgid_vlan_present.value))
+        assert got == want, f"after reset: SGID port entry {idx} shows {got}, want {want}"
 
 
 @cocotb.test()
