@@ -19,11 +19,12 @@
 
 from amaranth import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
-from amaranth.lib.fifo import SyncFIFO, SyncFIFOBuffered
+from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
 from .bus import AXI4Signature, PacketStream
+from .fifo import BlockFIFO
 
 __all__ = ["BW_WINDOW", "payload_cmd_layout", "payload_status_layout", "AxiInterconnect", "PayloadReader"]
 
@@ -347,13 +348,13 @@ class PayloadReader(wiring.Component):
             "inline": 1,
         })
 
-        m.submodules.pinfo = pinfo = SyncFIFOBuffered(width=pinfo_layout.size, depth=C)
-        m.submodules.inline = inl = SyncFIFOBuffered(width=256, depth=self._inline_depth)
+        m.submodules.pinfo = pinfo = BlockFIFO(width=pinfo_layout.size, depth=C)
+        m.submodules.inline = inl = BlockFIFO(width=256, depth=self._inline_depth)
         m.submodules.rbeats = rbeats = SyncFIFO(width=beat_bits, depth=C)
         m.submodules.sorder = sorder = SyncFIFO(width=1, depth=C)
         m.submodules.done = done = SyncFIFO(width=1, depth=C)
         m.submodules.stat = stat = SyncFIFO(width=1, depth=C)
-        m.submodules.rdata = rdata = SyncFIFOBuffered(width=W, depth=D)
+        m.submodules.rdata = rdata = BlockFIFO(width=W, depth=D)
 
         # ---- fixed AXI fields: read only, ID 0, B-byte INCR -----------------------------------------
         m.d.comb += [

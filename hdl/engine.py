@@ -43,6 +43,7 @@ from ..model.wqe import INLINE_MAX_RC, INLINE_MAX_UD, MAX_MESSAGE, WQE_FIELDS, C
 from .bus import AXI4Signature, PacketStream
 from .completion import CqeWriter, CqOp, cq_cmd_layout, err_layout
 from .descriptor import DescriptorLayout
+from .fifo import BlockFIFO
 from .qp_cache import Op, QpState, Status, cached_layout, request_layout, response_layout
 
 __all__ = ["wqe_layout", "inc_layout", "doorbell_layout", "cq_doorbell_layout", "rd_cmd_layout",
@@ -195,7 +196,7 @@ class DescriptorEngine(wiring.Component):
         m.d.comb += inc.bus_errors.eq(cqw.inc_bus_errors + bus_err_fsm)
 
         # --- ready list -----------------------------------------------------------------------------
-        m.submodules.ready = rdy = SyncFIFOBuffered(width=24 + 32, depth=max_qps)
+        m.submodules.ready = rdy = BlockFIFO(width=24 + 32, depth=max_qps)
         m.submodules.sched = sched = Memory(shape=1, depth=max_qps, init=[])
         sched_w = sched.write_port()
         sched_r = sched.read_port(transparent_for=(sched_w,))
@@ -209,7 +210,7 @@ class DescriptorEngine(wiring.Component):
         # --- per-packet bookkeeping between issue and commit ----------------------------------------
         info_layout = data.StructLayout({"seg": 13, "psns": 24, "last": 1, "wr_id": 64, "opcode": 8,
                                          "length": 32, "signaled": 1})
-        m.submodules.info = info = SyncFIFOBuffered(width=info_layout.size, depth=window)
+        m.submodules.info = info = BlockFIFO(width=info_layout.size, depth=window)
         info_w = data.View(info_layout, info.w_data)
         info_r = data.View(info_layout, info.r_data)
 

@@ -8,7 +8,6 @@ transfers (:class:`rnic.hdl.narrow.NarrowPort`), the payload reader full-width b
 
 from amaranth import Module, Signal
 from amaranth.lib import data, wiring
-from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
 from ..model.qpc import PathMtu, QpcCacheConfig
@@ -17,6 +16,7 @@ from .bus import AXI4LiteSignature, AXI4Signature, AXIStreamSignature, stream_to
 from .descriptor import DescriptorLayout
 from .dma import AxiInterconnect, PayloadReader
 from .engine import DescriptorEngine, FrameGate
+from .fifo import BlockFIFO
 from .narrow import NarrowPort
 from .packet_builder import PacketBuilder
 from .qp_cache import CtrlOp, QpCache
@@ -134,7 +134,7 @@ class Rnic(wiring.Component):
         wiring.connect(m, cache.resp, eng.qpc_resp)
 
         # packets: descriptors and payload into the builder, frames through the gate
-        m.submodules.desc_q = dq = SyncFIFOBuffered(width=DescriptorLayout.size, depth=self.desc_queue)
+        m.submodules.desc_q = dq = BlockFIFO(width=DescriptorLayout.size, depth=self.desc_queue)
         # Store and forward: a descriptor goes to the builder only once its packet's payload has all
         # arrived (the reader's statuses come in packet order), so a started frame never waits for
         # host memory; the payload queue holds a whole packet (checked in __init__).

@@ -1,0 +1,64 @@
+"""A FIFO whose storage goes to block RAM without collision logic.
+
+Yosys maps a small memory (16 to 32 entries) to LUT RAM by its own cost rule, even when it is
+hundreds of bits wide; on an ECP5 each 16 x 4 bits of LUT RAM is six LUT4s' worth of logic,
+while block RAM is plentiful. Amaranth's ``SyncFIFOBuffered`` asked for block RAM still costs
+about one LUT4 and two flip-flops per bit: its read port is synchronous and read-first, which the
+ECP5's pseudo-dual-port RAM cannot do, so yosys delays every write by a clock and bypasses it.
+
+:class:`BlockFIFO` has the same ports and the same timing as ``SyncFIFOBuffered`` (``r_data`` is a
+register, one clock more latency than ``SyncFIFO``). Its storage is marked
+``ram_style = "block"`` and ``no_rw_check``, and is read through an asynchronous port followed by
+a register, which yosys merges into the RAM; ``no_rw_check`` then lets it drop the read-first
+logic, because this queue never reads the entry it writes in the same clock (a write needs a free
+entry, a read a full one).
+"""
+
+from amaranth import Module, Mux, Signal
+from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.lib.memory import Memory
+
+__all__ = ["BlockFIFO"]
+
+
+class BlockFIFO(SyncFIFOBuffered):
+    """``SyncFIFOBuffered(width=, depth=)`` with its ``depth - 1`` entries of storage in block RAM."""
+
+    def elaborate(self, platform):
+        if self.depth < 2:
+            return super().elaborate(platform)
+        m = Module()
+        inner_depth = self.depth - 1
+        inner_level = Signal(range(inner_depth + 1))
+        produce = Signal(range(inner_depth))
+        consume = Signal(range(inner_depth))
+        out = Signal(self.width, reset_less=True)
+
+        m.submodules.storage = storage = Memory(shape=self.width, depth=inner_depth, init=[],
+                                                attrs={"ram_style": "block", "no_rw_check": 1})
+        w_port = storage.write_port()
+        r_port = storage.read_port(domain="comb")
+
+        do_write = self.w_rdy & self.w_en
+        do_inner_read = (inner_level != 0) & (~self.r_rdy | self.r_en)
+        m.d.comb += [
+            self.w_rdy.eq(inner_level != inner_depth),
+            w_port.addr.eq(produce), w_port.data.eq(self.w_data), w_port.en.eq(do_write),
+            r_port.addr.eq(consume),
+            self.r_data.eq(out),
+            self.level.eq(inner_level + self.r_rdy),
+            self.w_level.eq(self.level),
+            self.r_level.eq(self.level),
+        ]
+        with m.If(do_write):
+            m.d.sync += produce.eq(Mux(produce == inner_depth - 1, 0, produce + 1))
+        with m.If(do_inner_read):
+            m.d.sync += [consume.eq(Mux(consume == inner_depth - 1, 0, consume + 1)),
+                         out.eq(r_port.data), self.r_rdy.eq(1)]
+        with m.Elif(self.r_en):
+            m.d.sync += self.r_rdy.eq(0)
+        with m.If(do_write & ~do_inner_read):
+            m.d.sync += inner_level.eq(inner_level + 1)
+        with m.If(do_inner_read & ~do_write):
+            m.d.sync += inner_level.eq(inner_level - 1)
+        return m
