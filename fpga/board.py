@@ -81,9 +81,9 @@ def build_board(board: str, out: Path, *, seed: int = 1, router: str | None = No
     """Build the bitstream of the self-test for ``board`` in ``out`` (a relative folder: YoWASP
     tools cannot see absolute paths into the system temp folder). Returns the report that is also
     written to ``out/board.json``. ``router`` (``router1`` or ``router2``) is nextpnr's router,
-    default nextpnr's own (router1): on this design router2 stalls with thousands of overused
-    wires, while router1 converges slowly (docs/fpga.md). A failing tool (also nextpnr missing the
-    board's clock) raises ``RuntimeError`` with the end of its log."""
+    default nextpnr's own (router1), which routes the ULX3S-85F self-test in about 9 minutes
+    (router2 stalled on the earlier, larger netlist; docs/fpga.md). A failing tool (also nextpnr
+    missing the board's clock) raises ``RuntimeError`` with the end of its log."""
     from .synth import DEVICES, _tool, ecp5_used, pnr_fmax, tool_versions
 
     if board not in BOARDS:

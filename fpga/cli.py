@@ -65,7 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="build folder, relative to the current one (default build/board/<board>)")
     b.add_argument("--seed", type=int, default=1, metavar="S", help="nextpnr placement seed (default 1)")
     b.add_argument("--router", choices=("router1", "router2"),
-                   help="nextpnr router (default: nextpnr's, router1; router2 stalls on this design)")
+                   help="nextpnr router (default: nextpnr's, router1; router2 stalled on an earlier netlist)")
     b.add_argument("--no-sink-pause", action="store_true",
                    help="frame sink always ready (default: not ready one clock in four, pseudo-randomly)")
     parser.board = b
@@ -218,7 +218,7 @@ def render_markdown(report: dict) -> str:
 
 def board_main(args: argparse.Namespace) -> int:
     from .board import build_board
-    print(f"building the self-test for {args.board} in {args.out} (yosys some minutes, nextpnr up to an hour)",
+    print(f"building the self-test for {args.board} in {args.out} (yosys some minutes, nextpnr about a quarter of an hour)",
           flush=True)
     try:
         r = build_board(args.board, args.out, seed=args.seed, router=args.router,
