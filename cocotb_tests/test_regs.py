@@ -408,8 +408,9 @@ async def test_sgid_port(dut):
     tb = TB(dut, "sgid")
     await tb.reset()
     rng = tb.rng
+    fields = ("GID0", "GID1", "GID2", "GID3", "MAC_LO", "MAC_HI", "VLAN")
     for i in range(SGID_ENTRIES):
-        for field in ("GID0", "GID1", "GID2", "GID3", "MAC_LO", "MAC_HI", "VLAN"):
+        for field in fields:
             await tb.write(REG[f"SGID{i}_{field}"].offset, rng.randrange(1 << 32))
 
     def entry(i):
@@ -440,7 +441,7 @@ async def test_sgid_port(dut):
     value = rng.randrange(1, 1 << 32)
     await tb.axil.write(REG["SGID5_GID2"].offset, value.to_bytes(4, "little"))
     for i in range(SGID_ENTRIES):
-        for field in ("GID0", "GID1", "GID2", "GID3", "MAC_LO", "MAC_HI", "VLAN"):
+        for field in fields:
             want = value if (i, field) == (5, "GID2") else 0
             got = await tb.read(REG[f"SGID{i}_{field}"].offset)
             assert got == want, f"after reset: SGID{i}_{field} reads {got:#x}, want {want:#x}"

@@ -246,9 +246,11 @@ class RegisterBlock(wiring.Component):
         cq_act = sel["CQ_DB_CI"] & w_strb.any()
         cmd_valid, cmd_busy = Signal(), Signal()
         cmd_act = sel["QPC_CMD"] & w_strb.any() & _in(w_bits[:2], _QPC_CMD_OPS)
-        # SGID table: word address = region | entry (4 bits) | field (3 bits); field 7 is a hole.
-        sgid_region = SGID_BASE >> 9
-        aw_sgid = (aw_word[7:] == sgid_region) & (aw_word[:3] != 7)
+        def is_sgid(word):
+            """A word address of the SGID table: region | entry (4 bits) | field (3 bits; 7 is a hole)."""
+            return (word[7:] == SGID_BASE >> 9) & (word[:3] != 7)
+
+        aw_sgid = is_sgid(aw_word)
         sgid_clearing = Signal(init=1)          # the table is being zeroed after reset
         stall = ((db_act & ~db_fifo.w_rdy) | (cq_act & ~cq_fifo.w_rdy) | (cmd_act & cmd_busy)
                  | (aw_sgid & sgid_clearing))
@@ -355,7 +357,7 @@ class RegisterBlock(wiring.Component):
             with m.If(clr == SGID_ENTRIES - 1):
                 m.d.sync += sgid_clearing.eq(0)
         ar = bus.arvalid & bus.arready
-        sgid_rd = {}
+        eng_rd, bus_rd = {}, {}             # each field's read data: the engine's port, the bus's
         for k, field in enumerate(_SGID_FIELDS):
             width = REG[f"SGID0_{field}"].width
             mem = Memory(shape=width, depth=SGID_ENTRIES, init=[])
@@ -369,7 +371,7 @@ class RegisterBlock(wiring.Component):
                 m.d.comb += [wp.addr.eq(aw_word[3:7]), wp.data.eq(w_data[:width]),
                              wp.en.eq(Mux(commit & aw_sgid & (aw_word[:3] == k), w_strb[:width // 8], 0))]
             m.d.comb += [eng_rp.addr.eq(self.sgid_index), bus_rp.addr.eq(bus.araddr[5:9]), bus_rp.en.eq(ar)]
-            sgid_rd[field] = (eng_rp.data, bus_rp.data)
+            eng_rd[field], bus_rd[field] = eng_rp.data, bus_rp.data
 
         # --- read channel -------------------------------------------------------------------------------
         r_valid = Signal()
@@ -378,13 +380,13 @@ class RegisterBlock(wiring.Component):
         r_field = Signal(3)
         sgid_rdata = 0
         for k, field in enumerate(_SGID_FIELDS):
-            sgid_rdata = sgid_rdata | Mux(r_field == k, sgid_rd[field][1], 0)
+            sgid_rdata = sgid_rdata | Mux(r_field == k, bus_rd[field], 0)
         ar_word = bus.araddr[2:]
         m.d.comb += [bus.arready.eq(~r_valid), bus.rvalid.eq(r_valid), bus.rresp.eq(0),
                      bus.rdata.eq(Mux(r_sgid, sgid_rdata, r_data))]
         with m.If(ar):
             m.d.sync += [r_valid.eq(1), r_field.eq(ar_word[:3]),
-                         r_sgid.eq((ar_word[7:] == sgid_region) & (ar_word[:3] != 7) & ~sgid_clearing)]
+                         r_sgid.eq(is_sgid(ar_word) & ~sgid_clearing)]
             with m.Switch(bus.araddr[2:]):
                 for reg in REGISTERS:
                     if reg.name in value:
@@ -409,11 +411,10 @@ class RegisterBlock(wiring.Component):
         ]
 
         # --- SGID table port: the engine's read ports, registered in the memories ------------------------
-        rd = {field: ports[0] for field, ports in sgid_rd.items()}
         m.d.comb += [
-            self.sgid_gid.eq(Cat(rd["GID0"], rd["GID1"], rd["GID2"], rd["GID3"])),
-            self.sgid_mac.eq(Cat(rd["MAC_LO"], rd["MAC_HI"])),
-            self.sgid_vlan_id.eq(rd["VLAN"][:12]),
-            self.sgid_vlan_present.eq(rd["VLAN"][31]),
+            self.sgid_gid.eq(Cat(eng_rd["GID0"], eng_rd["GID1"], eng_rd["GID2"], eng_rd["GID3"])),
+            self.sgid_mac.eq(Cat(eng_rd["MAC_LO"], eng_rd["MAC_HI"])),
+            self.sgid_vlan_id.eq(eng_rd["VLAN"][:12]),
+            self.sgid_vlan_present.eq(eng_rd["VLAN"][31]),
         ]
         return m
