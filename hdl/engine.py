@@ -30,7 +30,7 @@ ready-list entry; its WQE is read again at the next turn.
 
 from amaranth import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
-from amaranth.lib.fifo import SyncFIFO, SyncFIFOBuffered
+from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
@@ -89,6 +89,9 @@ class DescriptorEngine(wiring.Component):
     max_mtu : int
         Largest path MTU code (1 = 256 B .. 5 = 4096 B); a context asking for more is bad
         (LOC_QP_OP_ERR), as in the model.
+    wqe_prefetch : int
+        WQE bursts in flight at once (1..8): the first WQE of a chain and up to ``wqe_prefetch - 1``
+        read ahead of it.
 
     Members
     -------
@@ -111,14 +114,16 @@ class DescriptorEngine(wiring.Component):
     """
 
     def __init__(self, cache_cfg: QpcCacheConfig | None = None, *, max_qps: int = 256, window: int = 16,
-                 max_mtu: int = 5):
+                 max_mtu: int = 5, wqe_prefetch: int = 4):
         self.cache_cfg = cache_cfg = cache_cfg or QpcCacheConfig()
         exact_log2(max_qps)
         if not 2 <= window <= 64:
             raise ValueError(f"window must be 2..64, not {window!r}")
         if max_mtu not in range(1, 6):
             raise ValueError(f"max_mtu must be a path MTU code 1..5, not {max_mtu!r}")
-        self.max_qps, self.window, self.max_mtu = max_qps, window, max_mtu
+        if not 1 <= wqe_prefetch <= 8:
+            raise ValueError(f"wqe_prefetch must be 1..8, not {wqe_prefetch!r}")
+        self.max_qps, self.window, self.max_mtu, self.wqe_prefetch = max_qps, window, max_mtu, wqe_prefetch
         super().__init__({
             "enable": In(1), "qpc_size": In(25), "quota": In(16), "port_lid": In(16),
             "cq_base": In(64), "cq_size": In(25),
@@ -166,8 +171,7 @@ class DescriptorEngine(wiring.Component):
         issue_ci = Signal(16)          # SQ index of the WQE being issued (ctx.sq_ci: the committed one)
         chained = Signal()             # this fetch overlaps the previous WQE's packets in flight
         chain_block = Signal()         # a chained fetch failed: drain, then fetch it again in order
-        prefetched = Signal()          # the next WQE's AR left before this WQE's last packet was issued
-        fetch_pending = Signal()       # ... and its beats are still to be taken (commits go on meanwhile)
+        sending = Signal()             # a send chain is on (from its first Fetched to Loop / Turn-End)
         inflight = Signal(range(window + 1))
         squash = Signal()
         issued_last = Signal()
@@ -300,19 +304,38 @@ class DescriptorEngine(wiring.Component):
                      info_w.opcode.eq(wqe.opcode), info_w.length.eq(wqe.length), info_w.signaled.eq(wqe.flags[0])]
 
         # --- AXI: WQE fetch ---------------------------------------------------------------------------
-        # One 8-beat burst outstanding at a time; its beats wait in ``wqe_beats`` until Fetch-R (or
-        # Discard) takes them, so a prefetched WQE can arrive while the current one is still issued.
+        # Bursts of 8 beats, data in AR order into ``wqe_beats``. ``pf_n`` counts bursts asked for and
+        # not yet taken out (at most ``wqe_prefetch``, so the queue never fills and ``rready`` stays 1).
+        # Fetch asks for ``issue_ci`` once every older burst is dropped; while a send chain is on, the
+        # prefetcher asks for the following WQEs (``pf_ci`` up), and Send-Loop takes the oldest burst as
+        # the chained WQE. A burst the chain does not use is dropped by the next Fetch or by Turn-End.
         axi = self.m_axi
+        kpf = self.wqe_prefetch
         next_ci = Signal(16)
         m.d.comb += next_ci.eq(issue_ci + 1)
-        prefetch_ar = Signal()
-        fetch_ci = Mux(prefetch_ar, next_ci, issue_ci)
-        m.submodules.wqe_beats = wqe_beats = SyncFIFO(width=66, depth=8)
+        pf_n = Signal(range(kpf + 1))
+        pf_ci = Signal(16)
+        pf_valid = Signal()
+        pf_addr = Signal(64)
+        fetch_ar = Signal()
+        fetching = Signal()            # Fetch, Fetch-R, Fetched: the prefetcher waits (wqe is not whole)
+
+        def ring_addr(ci):
+            return (ctx.sq_base & ~0x3F) + ((ci & ((Const(1, 17) << ctx.log_sq_size[:4]) - 1)) << 6)
+
+        m.submodules.wqe_beats = wqe_beats = BlockFIFO(width=66, depth=8 * kpf)
         beat_data, beat_err, beat_last = wqe_beats.r_data[:64], wqe_beats.r_data[64], wqe_beats.r_data[65]
         m.d.comb += [axi.arsize.eq(3), axi.arburst.eq(1), axi.arlen.eq(7), axi.bready.eq(1),
-                     axi.araddr.eq((ctx.sq_base & ~0x3F) + ((fetch_ci & ((Const(1, 17) << ctx.log_sq_size[:4]) - 1)) << 6)),
+                     axi.arvalid.eq(pf_valid | fetch_ar), axi.araddr.eq(Mux(pf_valid, pf_addr, ring_addr(issue_ci))),
                      axi.rready.eq(wqe_beats.w_rdy), wqe_beats.w_en.eq(axi.rvalid),
                      wqe_beats.w_data.eq(Cat(axi.rdata, axi.rresp[1], axi.rlast))]
+        with m.If(pf_valid & axi.arready):
+            m.d.sync += pf_valid.eq(0)
+        pf_raise = Signal()
+        pf_taken = wqe_beats.r_en & wqe_beats.r_rdy & beat_last
+        m.d.sync += pf_n.eq(pf_n + (pf_raise | (fetch_ar & axi.arready)) - pf_taken)
+        with m.If(pf_raise):
+            m.d.sync += [pf_valid.eq(1), pf_addr.eq(ring_addr(pf_ci)), pf_ci.eq(pf_ci + 1)]
 
         # --- the control FSM ---------------------------------------------------------------------------
         req = self.qpc_req.payload
@@ -356,9 +379,10 @@ class DescriptorEngine(wiring.Component):
         # overflow or be dropped, which moves the QP to ERROR before the next WQE (model order).
         chainable = ~chain_block & ~wqe.flags[0] & (ctx.state == QpState.RTS) & (next_ci != ctx.sq_pi)
         can_chain = ~squash & issued_last & chainable & room(0)
-        # Its AR may leave before this WQE's last packet is issued, ahead of that packet's payload
-        # reads, if can_chain is expected to hold once the packet is in flight. Chain checks it again.
-        can_prefetch = last & chainable & room(1)
+        # The prefetcher runs ahead of the chain while the current WQE is unsignaled and the quota leaves
+        # room for one more WQE (a guess: a prefetched WQE may be signaled, or the chain may stop).
+        m.d.comb += pf_raise.eq(sending & ~fetching & chainable & ~squash & ~pf_valid & (pf_n < kpf) & (pf_ci != ctx.sq_pi) &
+                                ((steps + inflight + pf_n + 1 < quota) | solo))
 
         with m.FSM(init="Clear") as fsm:
             with m.State("Clear"):
@@ -450,6 +474,7 @@ class DescriptorEngine(wiring.Component):
             cache("Turn", Op.LOOKUP, 0, turn_lookup)
 
             with m.State("Loop"):
+                m.d.sync += sending.eq(0)
                 with m.If(((steps >= quota) & ~solo) | (ctx.sq_ci == ctx.sq_pi)):
                     m.next = "Turn-End"
                 with m.Elif(ctx.state == QpState.ERROR):
@@ -462,25 +487,30 @@ class DescriptorEngine(wiring.Component):
                     m.next = "Turn-End"
 
             with m.State("Fetch"):
-                m.d.comb += axi.arvalid.eq(1)
+                m.d.comb += fetching.eq(1)
                 m.d.sync += rerr.eq(0)
-                with m.If(axi.arready):
-                    m.next = "Fetch-R"
+                with m.If(pf_n != 0):
+                    m.d.comb += wqe_beats.r_en.eq(1)          # drop what the chain did not use
+                with m.Else():
+                    m.d.comb += fetch_ar.eq(1)
+                    with m.If(axi.arready):
+                        m.d.sync += pf_ci.eq(issue_ci + 1)
+                        m.next = "Fetch-R"
             with m.State("Fetch-R"):
-                m.d.sync += fetch_pending.eq(0)
-                m.d.comb += wqe_beats.r_en.eq(1)
+                m.d.comb += [fetching.eq(1), wqe_beats.r_en.eq(1)]
                 with m.If(wqe_beats.r_rdy):
                     m.d.sync += [wqe_raw.eq(Cat(wqe_raw[64:], beat_data)), rerr.eq(rerr | beat_err)]
                     with m.If(beat_last):
                         m.next = "Fetched"
             with m.State("Fetched"):
+                m.d.comb += fetching.eq(1)
                 m.d.sync += [do_cqe.eq(1), ret.eq(RET_LOOP)]
                 with m.If(chained & (rerr | (validate != 0))):
                     # handled in order after the packets in flight: drain, then Loop fetches it again
                     m.d.sync += chain_block.eq(1)
                     m.next = "Send-Loop"
                 with m.Elif(chained):
-                    m.d.sync += [issue_off.eq(0), issued_last.eq(0), sent.eq(0)]
+                    m.d.sync += [issue_off.eq(0), issued_last.eq(0), sent.eq(0), sending.eq(1)]
                     m.next = "Send-Loop"
                 with m.Elif(rerr):
                     m.d.comb += bus_err_fsm.eq(1)
@@ -505,35 +535,28 @@ class DescriptorEngine(wiring.Component):
                     m.next = "Fail-SetError"
                 with m.Else():
                     m.d.sync += [issue_off.eq(offset), issue_psn.eq(ctx.next_psn), inflight.eq(0), squash.eq(0),
-                                 issued_last.eq(0), sent.eq(0)]
+                                 issued_last.eq(0), sent.eq(0), sending.eq(1)]
                     m.next = "Send-Loop"
 
             with m.State("Send-Loop"):
                 with m.If(info.r_rdy & self.status.valid):
                     m.next = "Commit"
-                with m.Elif(fetch_pending):
-                    with m.If(wqe_beats.r_rdy):
-                        m.next = "Fetch-R"
-                with m.Elif(can_issue & can_prefetch):
-                    m.next = "Prefetch"
                 with m.Elif(can_issue):
                     m.next = "Issue"
                 with m.Elif(can_chain):
-                    m.d.sync += [issue_ci.eq(next_ci), chained.eq(1)]
-                    m.next = "Fetch"
+                    with m.If(pf_n == 0):
+                        m.d.sync += [issue_ci.eq(next_ci), chained.eq(1)]
+                        m.next = "Fetch"
+                    with m.Elif(wqe_beats.r_rdy):
+                        # the oldest prefetched burst is WQE next_ci
+                        m.d.sync += [issue_ci.eq(next_ci), chained.eq(1), rerr.eq(0)]
+                        m.next = "Fetch-R"
                 with m.Elif(inflight == 0):
                     with m.If(squash | issued_last):
                         m.next = "Loop"
                     with m.Else():
                         m.d.sync += offset.eq(issue_off)
                         m.next = "Turn-End"
-
-            with m.State("Prefetch"):
-                m.d.comb += [axi.arvalid.eq(1), prefetch_ar.eq(1)]
-                m.d.sync += rerr.eq(0)
-                with m.If(axi.arready):
-                    m.d.sync += prefetched.eq(1)
-                    m.next = "Issue"
 
             with m.State("Issue"):
                 m.d.comb += [self.desc.valid.eq(~sent[0]), self.rd_cmd.valid.eq(~sent[1]),
@@ -544,22 +567,6 @@ class DescriptorEngine(wiring.Component):
                     m.d.comb += info.w_en.eq(1)
                     m.d.sync += [sent.eq(0), inflight.eq(inflight + 1), issue_off.eq(issue_off + seg),
                                  issue_psn.eq(issue_psn + psns), issued_last.eq(last)]
-                    m.next = "Send-Loop"
-                    with m.If(prefetched):
-                        m.next = "Chain"
-
-            with m.State("Chain"):
-                m.d.sync += prefetched.eq(0)
-                with m.If(can_chain):
-                    m.d.sync += [issue_ci.eq(next_ci), chained.eq(1), fetch_pending.eq(1)]
-                    m.next = "Send-Loop"
-                with m.Else():
-                    m.next = "Discard"
-            with m.State("Discard"):
-                # a doorbell arrived meanwhile and ended the solo turn: the prefetched WQE is dropped
-                # (Loop fetches it again in the next turn)
-                m.d.comb += wqe_beats.r_en.eq(1)
-                with m.If(wqe_beats.r_rdy & beat_last):
                     m.next = "Send-Loop"
 
             with m.State("Commit"):
@@ -631,13 +638,17 @@ class DescriptorEngine(wiring.Component):
             cache("Retire", Op.SET_SQ_CI, ctx.sq_ci + 1, retired)
 
             with m.State("Turn-End"):
-                with m.If((ctx.sq_ci != ctx.sq_pi) &
+                m.d.sync += sending.eq(0)
+                with m.If(pf_n != 0):
+                    m.d.comb += wqe_beats.r_en.eq(1)          # no WQE read outstanding between turns
+                with m.Elif((ctx.sq_ci != ctx.sq_pi) &
                           ((ctx.state == QpState.RTS) | (ctx.state == QpState.ERROR))):
                     m.d.comb += [rdy.w_en.eq(1), rdy.w_data.eq(Cat(qpn, offset))]
                 with m.Else():
                     m.d.comb += [sched_w.en.eq(1), sched_w.data.eq(0)]
                     m.d.sync += offset.eq(0)
-                m.next = "Idle"
+                with m.If(pf_n == 0):
+                    m.next = "Idle"
 
         # rdy.level, not r_rdy: an entry written in Turn-End reaches r_rdy a clock later
         m.d.comb += self.idle.eq(fsm.ongoing("Idle") & (rdy.level == 0) & ~self.doorbell.valid &

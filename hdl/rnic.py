@@ -54,6 +54,9 @@ class Rnic(wiring.Component):
         Packet descriptors queued in front of the packet builder. Each waits there until its
         payload has arrived (store and forward), so the depth bounds how many packets are issued,
         and their payload read, ahead of the wire; issuing further ahead hides more memory latency.
+    wqe_prefetch : int
+        WQE reads (8-beat bursts) in flight at once, 1 .. 8: the engine reads up to
+        ``wqe_prefetch - 1`` WQEs ahead of a chain of unsignaled WQEs (``docs/engine.md``).
 
     Members
     -------
@@ -71,7 +74,8 @@ class Rnic(wiring.Component):
     """
 
     def __init__(self, cache_cfg: QpcCacheConfig | None = None, *, width: int = 64, max_mtu: int = 4096,
-                 max_qps: int = 256, window: int = 32, payload_queue: int = 1024, desc_queue: int = 16):
+                 max_qps: int = 256, window: int = 32, payload_queue: int = 1024, desc_queue: int = 16,
+                 wqe_prefetch: int = 4):
         if width not in DATAPATH_WIDTHS:
             raise ValueError(f"width must be 64, 128, 256 or 512, not {width!r}")
         PathMtu.of_bytes(max_mtu)                       # 256 .. 4096 or ValueError
@@ -84,7 +88,7 @@ class Rnic(wiring.Component):
         self.cache_cfg = cache_cfg or QpcCacheConfig()
         self.width, self.max_mtu = width, max_mtu
         self.max_qps, self.window, self.payload_queue = max_qps, window, payload_queue
-        self.desc_queue = desc_queue
+        self.desc_queue, self.wqe_prefetch = desc_queue, wqe_prefetch
         super().__init__({
             "s_axil": In(AXI4LiteSignature(addr_width=16, data_width=32)),
             "m_axi": Out(AXI4Signature(addr_width=64, data_width=width, id_width=6)),
@@ -98,7 +102,7 @@ class Rnic(wiring.Component):
         m.submodules.regs = regs = RegisterBlock(caps=caps(self.max_qps), caps2=caps2(W, mtu))
         m.submodules.cache = cache = QpCache(self.cache_cfg)
         m.submodules.engine = eng = DescriptorEngine(self.cache_cfg, max_qps=self.max_qps, window=self.window,
-                                                     max_mtu=mtu)
+                                                     max_mtu=mtu, wqe_prefetch=self.wqe_prefetch)
         m.submodules.reader = rd = PayloadReader(max_payload=self.max_mtu, fifo_depth=self.payload_queue,
                                                  data_width=W)
         m.submodules.builder = pb = PacketBuilder(W)
