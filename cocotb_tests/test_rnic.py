@@ -64,6 +64,60 @@ async def test_random_traffic(dut):
 
 
 
+def prefetch_workload(rng: random.Random, quota: int):
+    """Chains of unsignaled WQEs, which the engine reads ahead of, broken every way a chain breaks."""
+    b = WorkloadBuilder(6, rng=rng, quota=quota, max_qps=MAX_QPS)
+    u = WqeFlags(0)
+    for q in range(6):
+        b.cq(q)
+        kw = {"log_sq_size": 3, "sq_ci": 6, "sq_pi": 6} if q == 5 else {}
+        b.qp(q, mtu=PathMtu.MTU_256, mode=rng.choice(list(LinkMode)), **kw)
+    for _ in range(20):                                       # a long chain
+        b.post(0, WqeOpcode.SEND, rng.randrange(1, 600), flags=u)
+    for k in range(10):                                       # signaled WQEs inside the chain
+        b.post(1, WqeOpcode.RDMA_WRITE, rng.randrange(0, 300), flags=WqeFlags.SIGNALED if k in (3, 4, 9) else u)
+    for k in range(8):                                        # WQE 4 cannot be read
+        b.post(2, WqeOpcode.SEND, 64, flags=u)
+    slot = b.drv.qps[2].sq_base + 4 * 64
+    b.mem.add_read_error(slot, slot + 64)
+    for k in range(8):                                        # WQE 5 has an unknown opcode
+        b.post(3, 0x09 if k == 5 else WqeOpcode.SEND, 100, flags=u)
+    for k in range(8):                                        # WQE 2's payload cannot be read
+        wqe = b.post(4, WqeOpcode.SEND, 200, flags=u)
+        if k == 2:
+            lo = wqe.local_addr // 64 * 64
+            b.mem.add_read_error(lo, lo + 64)
+    for k in range(7):                                        # the ring (8 slots) wraps
+        inline = k % 3 == 0
+        b.post(5, WqeOpcode.SEND, rng.randrange(0, 33 if inline else 100), flags=WqeFlags.INLINE if inline else u)
+    return b.build()
+
+
+@cocotb.test(skip=bool(BENCH))
+async def test_wqe_prefetch(dut):
+    """WQE read-ahead: chains broken by a signaled WQE, an unreadable WQE, a bad WQE, a payload read
+    error, the quota and a ring wrap; the WQEs read ahead and not used are dropped and read again."""
+    seed = _seed()
+    tb = TB(dut, seed)
+    reads = collections.Counter()
+
+    async def wqe_ars():
+        d = dut
+        while True:
+            await RisingEdge(d.clk)
+            if int(d.m_axi__arvalid.value) and int(d.m_axi__arready.value) and int(d.m_axi__arid.value) >> 4 == 2:
+                reads[int(d.m_axi__araddr.value)] += 1
+    cocotb.start_soon(wqe_ars())
+    for k, quota in enumerate((16, 3, 1)):
+        tb.reseed(seed + k)
+        reads.clear()
+        await tb.run(prefetch_workload(tb.rng, quota), latency=(1, 60), pause=0.2, sink_pause=0.2)
+        again = sum(n - 1 for n in reads.values())
+        dut._log.info(f"quota {quota}: {sum(reads.values())} WQE reads of {len(reads)} WQEs")
+        if quota > 1:
+            assert again > 0, f"seed {seed + k}, quota {quota}: no WQE was read ahead and read again"
+
+
 @cocotb.test(skip=bool(BENCH))
 async def test_verbs(dut):
     """A driver's life through :mod:`rnic.sim.verbs`, the same calls on the RTL and on the model:
@@ -443,7 +497,7 @@ def test_rnic():
     run(build_rnic(), "test_rnic", seed=seed_from_env(), test_dir=Path(__file__).resolve().parent)
 
 
-_WIDE_TESTS = "test_every_mode_and_opcode,test_random_traffic,test_verbs,test_interrupt_moderation,test_bad_input"
+_WIDE_TESTS = "test_every_mode_and_opcode,test_random_traffic,test_wqe_prefetch,test_verbs,test_interrupt_moderation,test_bad_input"
 
 
 def _run_wide(width, max_mtu):

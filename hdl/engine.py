@@ -15,10 +15,10 @@ hardware form. One control FSM does the work in the model's order:
   payload bus error leaves the QP exactly as the model does. Packets issued after a failing one
   are aborted by :class:`FrameGate` (``tuser``) and never counted;
 * the window spans WQEs after an unsignaled WQE (its retire cannot fail the QP): the next WQE is
-  fetched and issued while the earlier packets are in flight, its AR sent just before the earlier
-  WQE's last packet is issued (Prefetch; Chain re-checks, Discard drops it if a doorbell ended the
-  turn meanwhile). After a signaled WQE the engine waits until it has retired (its CQE may
-  overflow the CQ and move the QP to ERROR);
+  fetched and issued while the earlier packets are in flight. A prefetcher reads up to
+  ``wqe_prefetch`` WQEs ahead of such a chain; what the chain does not use is dropped (by the next
+  in-order Fetch, or at Turn-End) and read again in order. After a signaled WQE the engine waits
+  until it has retired (its CQE may overflow the CQ and move the QP to ERROR);
 * completions go through :class:`rnic.hdl.completion.CqeWriter`.
 
 After reset the engine spends ``max_qps`` clocks clearing the scheduled bits (a memory, which a
@@ -325,6 +325,17 @@ class DescriptorEngine(wiring.Component):
 
         m.submodules.wqe_beats = wqe_beats = BlockFIFO(width=66, depth=8 * kpf)
         beat_data, beat_err, beat_last = wqe_beats.r_data[:64], wqe_beats.r_data[64], wqe_beats.r_data[65]
+        # the oldest burst's beats gather in wqe_next, so Fetch-R takes a whole WQE in one clock
+        wqe_next = Signal(512)
+        next_err = Signal()
+        next_valid = Signal()
+        next_take = Signal()           # Fetch-R takes it, or Fetch / Turn-End drops it
+        m.d.comb += wqe_beats.r_en.eq(~next_valid)
+        with m.If(wqe_beats.r_rdy & ~next_valid):
+            m.d.sync += [wqe_next.eq(Cat(wqe_next[64:], beat_data)), next_err.eq(next_err | beat_err),
+                         next_valid.eq(beat_last)]
+        with m.If(next_take & next_valid):
+            m.d.sync += [next_valid.eq(0), next_err.eq(0)]
         m.d.comb += [axi.arsize.eq(3), axi.arburst.eq(1), axi.arlen.eq(7), axi.bready.eq(1),
                      axi.arvalid.eq(pf_valid | fetch_ar), axi.araddr.eq(Mux(pf_valid, pf_addr, ring_addr(issue_ci))),
                      axi.rready.eq(wqe_beats.w_rdy), wqe_beats.w_en.eq(axi.rvalid),
@@ -332,7 +343,7 @@ class DescriptorEngine(wiring.Component):
         with m.If(pf_valid & axi.arready):
             m.d.sync += pf_valid.eq(0)
         pf_raise = Signal()
-        pf_taken = wqe_beats.r_en & wqe_beats.r_rdy & beat_last
+        pf_taken = next_take & next_valid
         m.d.sync += pf_n.eq(pf_n + (pf_raise | (fetch_ar & axi.arready)) - pf_taken)
         with m.If(pf_raise):
             m.d.sync += [pf_valid.eq(1), pf_addr.eq(ring_addr(pf_ci)), pf_ci.eq(pf_ci + 1)]
@@ -381,7 +392,7 @@ class DescriptorEngine(wiring.Component):
         can_chain = ~squash & issued_last & chainable & room(0)
         # The prefetcher runs ahead of the chain while the current WQE is unsignaled and the quota leaves
         # room for one more WQE (a guess: a prefetched WQE may be signaled, or the chain may stop).
-        m.d.comb += pf_raise.eq(sending & ~fetching & chainable & ~squash & ~pf_valid & (pf_n < kpf) & (pf_ci != ctx.sq_pi) &
+        m.d.comb += pf_raise.eq(sending & ~fetching & chainable & ~squash & ~pf_valid & (pf_n < Mux(wqe.length < 512, kpf, 1)) & (pf_ci != ctx.sq_pi) &
                                 ((steps + inflight + pf_n + 1 < quota) | solo))
 
         with m.FSM(init="Clear") as fsm:
@@ -488,20 +499,18 @@ class DescriptorEngine(wiring.Component):
 
             with m.State("Fetch"):
                 m.d.comb += fetching.eq(1)
-                m.d.sync += rerr.eq(0)
                 with m.If(pf_n != 0):
-                    m.d.comb += wqe_beats.r_en.eq(1)          # drop what the chain did not use
+                    m.d.comb += next_take.eq(1)               # drop what the chain did not use
                 with m.Else():
                     m.d.comb += fetch_ar.eq(1)
                     with m.If(axi.arready):
                         m.d.sync += pf_ci.eq(issue_ci + 1)
                         m.next = "Fetch-R"
             with m.State("Fetch-R"):
-                m.d.comb += [fetching.eq(1), wqe_beats.r_en.eq(1)]
-                with m.If(wqe_beats.r_rdy):
-                    m.d.sync += [wqe_raw.eq(Cat(wqe_raw[64:], beat_data)), rerr.eq(rerr | beat_err)]
-                    with m.If(beat_last):
-                        m.next = "Fetched"
+                m.d.comb += [fetching.eq(1), next_take.eq(1)]
+                with m.If(next_valid):
+                    m.d.sync += [wqe_raw.eq(wqe_next), rerr.eq(next_err)]
+                    m.next = "Fetched"
             with m.State("Fetched"):
                 m.d.comb += fetching.eq(1)
                 m.d.sync += [do_cqe.eq(1), ret.eq(RET_LOOP)]
@@ -547,9 +556,9 @@ class DescriptorEngine(wiring.Component):
                     with m.If(pf_n == 0):
                         m.d.sync += [issue_ci.eq(next_ci), chained.eq(1)]
                         m.next = "Fetch"
-                    with m.Elif(wqe_beats.r_rdy):
+                    with m.Elif(next_valid):
                         # the oldest prefetched burst is WQE next_ci
-                        m.d.sync += [issue_ci.eq(next_ci), chained.eq(1), rerr.eq(0)]
+                        m.d.sync += [issue_ci.eq(next_ci), chained.eq(1)]
                         m.next = "Fetch-R"
                 with m.Elif(inflight == 0):
                     with m.If(squash | issued_last):
@@ -591,8 +600,10 @@ class DescriptorEngine(wiring.Component):
                     m.next = "Commit-PSN"
 
             def commit_psn(ok):
-                with m.If(commit_last):
+                with m.If(commit_last & do_cqe):
                     m.next = "Complete"
+                with m.Elif(commit_last):
+                    m.next = "Retire"
                 with m.Else():
                     m.next = "Send-Loop"
             cache("Commit-PSN", Op.ADD_PSN, psn_arg, commit_psn)
@@ -640,7 +651,7 @@ class DescriptorEngine(wiring.Component):
             with m.State("Turn-End"):
                 m.d.sync += sending.eq(0)
                 with m.If(pf_n != 0):
-                    m.d.comb += wqe_beats.r_en.eq(1)          # no WQE read outstanding between turns
+                    m.d.comb += next_take.eq(1)               # no WQE read outstanding between turns
                 with m.Elif((ctx.sq_ci != ctx.sq_pi) &
                           ((ctx.state == QpState.RTS) | (ctx.state == QpState.ERROR))):
                     m.d.comb += [rdy.w_en.eq(1), rdy.w_data.eq(Cat(qpn, offset))]
