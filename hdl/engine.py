@@ -19,6 +19,9 @@ hardware form. One control FSM does the work in the model's order:
   ``wqe_prefetch`` WQEs ahead of such a chain; what the chain does not use is dropped (by the next
   in-order Fetch, or at Turn-End) and read again in order. After a signaled WQE the engine waits
   until it has retired (its CQE may overflow the CQ and move the QP to ERROR);
+* when a turn has issued its last packet and only waits for commits, **Peek** looks the next turn's
+  QP (the ready list's head) up in the cache and reads its first WQE, which that turn's Fetch then
+  takes instead of reading it again;
 * completions go through :class:`rnic.hdl.completion.CqeWriter`.
 
 After reset the engine spends ``max_qps`` clocks clearing the scheduled bits (a memory, which a
@@ -344,9 +347,20 @@ class DescriptorEngine(wiring.Component):
             m.d.sync += pf_valid.eq(0)
         pf_raise = Signal()
         pf_taken = next_take & next_valid
-        m.d.sync += pf_n.eq(pf_n + (pf_raise | (fetch_ar & axi.arready)) - pf_taken)
+        # Lookahead: while a turn waits for its last commits, Peek looks up the ready list's head QP
+        # (the next turn's) and asks for the WQE at its sq_ci. That burst is then the newest; the
+        # next turn's Fetch takes it if it is that turn's first WQE, else it is dropped.
+        la_raise = Signal()
+        la_valid = Signal()
+        la_qpn = Signal(24)
+        la_ci = Signal(16)
+        la_addr = Signal(64)
+        peeked = Signal()
+        m.d.sync += pf_n.eq(pf_n + (pf_raise | la_raise | (fetch_ar & axi.arready)) - pf_taken)
         with m.If(pf_raise):
             m.d.sync += [pf_valid.eq(1), pf_addr.eq(ring_addr(pf_ci)), pf_ci.eq(pf_ci + 1)]
+        with m.If(la_raise):
+            m.d.sync += [pf_valid.eq(1), pf_addr.eq(la_addr), la_valid.eq(1)]
 
         # --- the control FSM ---------------------------------------------------------------------------
         req = self.qpc_req.payload
@@ -392,8 +406,11 @@ class DescriptorEngine(wiring.Component):
         can_chain = ~squash & issued_last & chainable & room(0)
         # The prefetcher runs ahead of the chain while the current WQE is unsignaled and the quota leaves
         # room for one more WQE (a guess: a prefetched WQE may be signaled, or the chain may stop).
-        m.d.comb += pf_raise.eq(sending & ~fetching & chainable & ~squash & ~pf_valid & (pf_n < Mux(wqe.length < 512, kpf, 1)) & (pf_ci != ctx.sq_pi) &
+        m.d.comb += pf_raise.eq(sending & ~fetching & ~la_valid & chainable & ~squash & ~pf_valid & (pf_n < Mux(wqe.length < 512, kpf, 1)) & (pf_ci != ctx.sq_pi) &
                                 ((steps + inflight + pf_n + 1 < quota) | solo))
+
+        # the turn issues nothing more: only its commits (and retires) are left
+        turn_ends = ~squash & issued_last & (((steps + inflight >= quota) & ~solo) | (next_ci == ctx.sq_pi))
 
         with m.FSM(init="Clear") as fsm:
             with m.State("Clear"):
@@ -414,7 +431,9 @@ class DescriptorEngine(wiring.Component):
                     m.next = "CQ-DB"
                 with m.Elif(self.enable & rdy.r_rdy):
                     m.d.comb += rdy.r_en.eq(1)
-                    m.d.sync += [qpn.eq(rdy.r_data[:24]), offset.eq(rdy.r_data[24:])]
+                    m.d.sync += [qpn.eq(rdy.r_data[:24]), offset.eq(rdy.r_data[24:]), peeked.eq(0)]
+                    with m.If(rdy.r_data[:24] != la_qpn):
+                        m.d.sync += la_valid.eq(0)
                     m.next = "Turn"
 
             # doorbells
@@ -487,6 +506,8 @@ class DescriptorEngine(wiring.Component):
             with m.State("Loop"):
                 m.d.sync += sending.eq(0)
                 with m.If(((steps >= quota) & ~solo) | (ctx.sq_ci == ctx.sq_pi)):
+                    with m.If(la_qpn == qpn):
+                        m.d.sync += la_valid.eq(0)          # this turn's own lookahead, unused
                     m.next = "Turn-End"
                 with m.Elif(ctx.state == QpState.ERROR):
                     m.d.sync += [flush_mode.eq(1), issue_ci.eq(ctx.sq_ci), chained.eq(0), chain_block.eq(0)]
@@ -495,12 +516,18 @@ class DescriptorEngine(wiring.Component):
                     m.d.sync += [flush_mode.eq(0), issue_ci.eq(ctx.sq_ci), chained.eq(0), chain_block.eq(0)]
                     m.next = "Fetch"
                 with m.Else():
+                    with m.If(la_qpn == qpn):
+                        m.d.sync += la_valid.eq(0)          # this turn's own lookahead, unused
                     m.next = "Turn-End"
 
             with m.State("Fetch"):
                 m.d.comb += fetching.eq(1)
-                with m.If(pf_n != 0):
+                with m.If(la_valid & (la_qpn == qpn) & (la_ci == issue_ci) & (pf_n == 1)):
+                    m.d.sync += [la_valid.eq(0), pf_ci.eq(issue_ci + 1)]      # the lookahead is this WQE
+                    m.next = "Fetch-R"
+                with m.Elif(pf_n != 0):
                     m.d.comb += next_take.eq(1)               # drop what the chain did not use
+                    m.d.sync += la_valid.eq(0)
                 with m.Else():
                     m.d.comb += fetch_ar.eq(1)
                     with m.If(axi.arready):
@@ -560,6 +587,9 @@ class DescriptorEngine(wiring.Component):
                         # the oldest prefetched burst is WQE next_ci
                         m.d.sync += [issue_ci.eq(next_ci), chained.eq(1)]
                         m.next = "Fetch-R"
+                with m.Elif(turn_ends & (inflight != 0) & ~peeked & rdy.r_rdy & (pf_n == 0) & ~pf_valid):
+                    m.d.sync += [peeked.eq(1), la_qpn.eq(rdy.r_data[:24])]
+                    m.next = "Peek"
                 with m.Elif(inflight == 0):
                     with m.If(squash | issued_last):
                         m.next = "Loop"
@@ -576,6 +606,23 @@ class DescriptorEngine(wiring.Component):
                     m.d.comb += info.w_en.eq(1)
                     m.d.sync += [sent.eq(0), inflight.eq(inflight + 1), issue_off.eq(issue_off + seg),
                                  issue_psn.eq(issue_psn + psns), issued_last.eq(last)]
+                    m.next = "Send-Loop"
+
+            with m.State("Peek"):
+                m.d.comb += [fetching.eq(1), self.qpc_req.valid.eq(1), req.op.eq(Op.LOOKUP), req.qpn.eq(la_qpn),
+                             req.arg.eq(0)]
+                with m.If(self.qpc_req.ready):
+                    m.next = "Peek-Resp"
+            with m.State("Peek-Resp"):
+                rec = data.View(cached_layout, self.qpc_resp.payload.record)
+                m.d.comb += [fetching.eq(1), self.qpc_resp.ready.eq(1),
+                             la_addr.eq((rec.sq_base & ~0x3F) +
+                                        ((rec.sq_ci & ((Const(1, 17) << rec.log_sq_size[:4]) - 1)) << 6))]
+                with m.If(self.qpc_resp.valid):
+                    with m.If((self.qpc_resp.payload.status == Status.OK) & (rec.sq_ci != rec.sq_pi) &
+                              ((rec.state == QpState.RTS) | (rec.state == QpState.ERROR))):
+                        m.d.comb += la_raise.eq(1)
+                        m.d.sync += la_ci.eq(rec.sq_ci)
                     m.next = "Send-Loop"
 
             with m.State("Commit"):
@@ -650,15 +697,15 @@ class DescriptorEngine(wiring.Component):
 
             with m.State("Turn-End"):
                 m.d.sync += sending.eq(0)
-                with m.If(pf_n != 0):
-                    m.d.comb += next_take.eq(1)               # no WQE read outstanding between turns
+                with m.If(pf_n > la_valid):
+                    m.d.comb += next_take.eq(1)               # only the lookahead may stay between turns
                 with m.Elif((ctx.sq_ci != ctx.sq_pi) &
                           ((ctx.state == QpState.RTS) | (ctx.state == QpState.ERROR))):
                     m.d.comb += [rdy.w_en.eq(1), rdy.w_data.eq(Cat(qpn, offset))]
                 with m.Else():
                     m.d.comb += [sched_w.en.eq(1), sched_w.data.eq(0)]
                     m.d.sync += offset.eq(0)
-                with m.If(pf_n == 0):
+                with m.If(pf_n <= la_valid):
                     m.next = "Idle"
 
         # rdy.level, not r_rdy: an entry written in Turn-End reaches r_rdy a clock later
