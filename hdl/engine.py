@@ -95,6 +95,9 @@ class DescriptorEngine(wiring.Component):
     wqe_prefetch : int
         WQE bursts in flight at once (1..8): the first WQE of a chain and up to ``wqe_prefetch - 1``
         read ahead of it.
+    deep_below : int
+        Bytes: only a current WQE shorter than this reads more than one WQE ahead (``Rnic`` passes
+        64 frame beats, ``8 * width``).
 
     Members
     -------
@@ -117,7 +120,7 @@ class DescriptorEngine(wiring.Component):
     """
 
     def __init__(self, cache_cfg: QpcCacheConfig | None = None, *, max_qps: int = 256, window: int = 16,
-                 max_mtu: int = 5, wqe_prefetch: int = 4):
+                 max_mtu: int = 5, wqe_prefetch: int = 4, deep_below: int = 512):
         self.cache_cfg = cache_cfg = cache_cfg or QpcCacheConfig()
         exact_log2(max_qps)
         if not 2 <= window <= 64:
@@ -127,6 +130,7 @@ class DescriptorEngine(wiring.Component):
         if not 1 <= wqe_prefetch <= 8:
             raise ValueError(f"wqe_prefetch must be 1..8, not {wqe_prefetch!r}")
         self.max_qps, self.window, self.max_mtu, self.wqe_prefetch = max_qps, window, max_mtu, wqe_prefetch
+        self.deep_below = deep_below
         super().__init__({
             "enable": In(1), "qpc_size": In(25), "quota": In(16), "port_lid": In(16),
             "cq_base": In(64), "cq_size": In(25),
@@ -406,7 +410,7 @@ class DescriptorEngine(wiring.Component):
         can_chain = ~squash & issued_last & chainable & room(0)
         # The prefetcher runs ahead of the chain while the current WQE is unsignaled and the quota leaves
         # room for one more WQE (a guess: a prefetched WQE may be signaled, or the chain may stop).
-        m.d.comb += pf_raise.eq(sending & ~fetching & ~la_valid & chainable & ~squash & ~pf_valid & (pf_n < Mux(wqe.length < 512, kpf, 1)) & (pf_ci != ctx.sq_pi) &
+        m.d.comb += pf_raise.eq(sending & ~fetching & ~la_valid & chainable & ~squash & ~pf_valid & (pf_n < Mux(wqe.length < self.deep_below, kpf, 1)) & (pf_ci != ctx.sq_pi) &
                                 ((steps + inflight + pf_n + 1 < quota) | solo))
 
         # the turn issues nothing more: only its commits (and retires) are left

@@ -102,7 +102,7 @@ class Rnic(wiring.Component):
         m.submodules.regs = regs = RegisterBlock(caps=caps(self.max_qps), caps2=caps2(W, mtu))
         m.submodules.cache = cache = QpCache(self.cache_cfg)
         m.submodules.engine = eng = DescriptorEngine(self.cache_cfg, max_qps=self.max_qps, window=self.window,
-                                                     max_mtu=mtu, wqe_prefetch=self.wqe_prefetch)
+                                                     max_mtu=mtu, wqe_prefetch=self.wqe_prefetch, deep_below=8 * W)
         m.submodules.reader = rd = PayloadReader(max_payload=self.max_mtu, fifo_depth=self.payload_queue,
                                                  data_width=W)
         m.submodules.builder = pb = PacketBuilder(W)
