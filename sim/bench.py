@@ -9,8 +9,9 @@ with the golden model. Host memory answers every read burst a fixed number of cl
 
 * efficiency: ideal beats / clocks from the first to the last frame beat, unsignaled SENDs of
   64 B .. 64 KiB on one QP, MTU 4096, 50-clock memory;
-* rate: 64-byte SENDs round robin over 1, 16 and 256 QPs, one message per scheduler turn;
-  messages per 1000 clocks after the first round, and the QP context cache's hits and misses;
+* rate: 64-byte SENDs round robin over 1, 16 and 256 QPs, one message per scheduler turn (quota 1),
+  and over 16 and 256 QPs at quota 16; messages per 1000 clocks after the first QPs' worth of
+  frames, and the QP context cache's hits and misses;
 * latency: doorbell to first frame byte, QP context cached or not, memory latency 50 and 500;
 * fairness: one 64 KiB SEND against many 1 KiB SENDs on 4 and 16 QPs, quota 4;
 * speed: clocks simulated per wall second, per measurement and per simulator launch.
@@ -157,7 +158,7 @@ def _label(part: str, r: dict) -> str:
     if part == "efficiency":
         return f"{_size(r['size'])} x {r['messages']}, {r['qps']} QP, MTU {r['mtu']}"
     if part == "rate":
-        return f"{_CONFIG['qps'][1](r['qps'])}, {r['messages']} x {_size(r['size'])}"
+        return f"{_CONFIG['qps'][1](r['qps'])}, {r['messages']} x {_size(r['size'])}, quota {r.get('quota', 1)}"
     if part == "latency":
         return f"memory latency {r['mem_latency']}"
     if part == "fairness":
