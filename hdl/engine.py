@@ -410,7 +410,9 @@ class DescriptorEngine(wiring.Component):
         can_chain = ~squash & issued_last & chainable & room(0)
         # The prefetcher runs ahead of the chain while the current WQE is unsignaled and the quota leaves
         # room for one more WQE (a guess: a prefetched WQE may be signaled, or the chain may stop).
-        m.d.comb += pf_raise.eq(sending & ~fetching & ~la_valid & chainable & ~squash & ~pf_valid & (pf_n < Mux(wqe.length < self.deep_below, kpf, 1)) & (pf_ci != ctx.sq_pi) &
+        pf_depth = Mux(wqe.length < self.deep_below, kpf, 1)
+        m.d.comb += pf_raise.eq(sending & ~fetching & ~la_valid & chainable & ~squash & ~pf_valid &
+                                (pf_n < pf_depth) & (pf_ci != ctx.sq_pi) &
                                 ((steps + inflight + pf_n + 1 < quota) | solo))
 
         # the turn issues nothing more: only its commits (and retires) are left
