@@ -116,7 +116,8 @@ def test_quick_bench_on_the_rtl(tmp_path):
     clock count, deterministic for the seed): measured 0.995 (1 KiB x 16), 0.999 (4 KiB x 8) and
     1.000 (64 KiB) at seed 1, so a value below 0.99 means the WQE prefetch or the payload
     read-ahead stopped hiding the memory latency. 64-byte messages must reach 0.85 (0.868 at seed
-    1 with the WQE read-ahead). No frame may have a gap (store and forward)."""
+    1 with the WQE read-ahead), and 16 QPs at a turn per message 0.16 (0.187 with the next turn's
+    lookahead). No frame may have a gap (store and forward)."""
     proc = subprocess.run([sys.executable, "-m", "rnic.sim", "bench", "--quick", "--out", tmp_path],
                           capture_output=True, text=True, timeout=900, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -135,6 +136,8 @@ def test_quick_bench_on_the_rtl(tmp_path):
     assert len(big) == 3 and min(big) >= 0.99, big
     small = [float(x["efficiency"]) for x in _rows(tmp_path / "efficiency.csv") if int(x["size"]) == 64]
     assert small and small[0] >= 0.85, small      # WQE read-ahead: 0.868 at seed 1 (0.24 reading one at a time)
+    turns = [float(x["efficiency"]) for x in _rows(tmp_path / "rate.csv") if (x["qps"], x["quota"]) == ("16", "1")]
+    assert turns and turns[0] >= 0.16, turns      # next turn's lookahead: 0.187 at seed 1 (0.109 without)
     r = json.loads((tmp_path / "results.json").read_text())
     for x in [*r["efficiency"], *r["rate"]]:      # every clock of the span is in one read category
         assert x["frame_gaps"] == 0, x
