@@ -506,8 +506,15 @@ class DescriptorEngine(wiring.Component):
                     m.d.comb += bus_err_fsm.eq(1)
                     report(ErrBit.BUS_QPC)
                     m.d.comb += [sched_w.en.eq(1), sched_w.data.eq(0)]
-                    m.next = "Idle"
+                    m.d.sync += la_valid.eq(0)
+                    m.next = "Drop"
             cache("Turn", Op.LOOKUP, 0, turn_lookup)
+
+            with m.State("Drop"):
+                # a lookahead read for a turn whose own lookup failed: no WQE read stays outstanding
+                m.d.comb += next_take.eq(1)
+                with m.If(pf_n == 0):
+                    m.next = "Idle"
 
             with m.State("Loop"):
                 m.d.sync += sending.eq(0)
@@ -716,7 +723,7 @@ class DescriptorEngine(wiring.Component):
 
         # rdy.level, not r_rdy: an entry written in Turn-End reaches r_rdy a clock later
         m.d.comb += self.idle.eq(fsm.ongoing("Idle") & (rdy.level == 0) & ~self.doorbell.valid &
-                                 ~self.cq_doorbell.valid)
+                                 ~self.cq_doorbell.valid & (pf_n == 0))
         return m
 
 
