@@ -24,7 +24,7 @@ __all__ = ["SUPPORTED_WIDTHS", "build_parser", "parse_args", "engine_config", "d
 
 SUPPORTED_WIDTHS = DATAPATH_WIDTHS
 DEFAULTS = {"width": 64, "qp_cache_entries": 16, "qp_cache_ways": 4}
-ENGINE_PARAMS = ("max_qps", "max_mtu", "window", "payload_queue", "desc_queue")
+ENGINE_PARAMS = ("max_qps", "max_mtu", "window", "payload_queue", "desc_queue", "wqe_prefetch")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -106,7 +106,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def engine_config(args: argparse.Namespace, engine=None) -> dict:
     """The ``config`` section of the report: the options, and the effective ``max_qps``, ``window``
-    (and ``payload_queue`` / ``desc_queue`` where ``Rnic`` has them) read from ``engine``."""
+    (and ``payload_queue`` / ``desc_queue`` / ``wqe_prefetch`` where ``Rnic`` has them) read from ``engine``."""
     config = {"width": args.width, "qp_cache_entries": args.qp_cache, "qp_cache_ways": args.qp_cache_ways}
     for key in ENGINE_PARAMS:
         value = getattr(engine, key, None) if engine is not None else getattr(args, key, None)
