@@ -327,8 +327,9 @@ class DescriptorEngine(wiring.Component):
         fetch_ar = Signal()
         fetching = Signal()            # Fetch, Fetch-R, Fetched: the prefetcher waits (wqe is not whole)
 
-        def ring_addr(ci):
-            return (ctx.sq_base & ~0x3F) + ((ci & ((Const(1, 17) << ctx.log_sq_size[:4]) - 1)) << 6)
+        def ring_addr(ci, qp=ctx):
+            """Host address of SQ slot ``ci`` of the QP whose context is ``qp``."""
+            return (qp.sq_base & ~0x3F) + ((ci & ((Const(1, 17) << qp.log_sq_size[:4]) - 1)) << 6)
 
         m.submodules.wqe_beats = wqe_beats = BlockFIFO(width=66, depth=8 * kpf)
         beat_data, beat_err, beat_last = wqe_beats.r_data[:64], wqe_beats.r_data[64], wqe_beats.r_data[65]
@@ -629,8 +630,7 @@ class DescriptorEngine(wiring.Component):
             with m.State("Peek-Resp"):
                 rec = data.View(cached_layout, self.qpc_resp.payload.record)
                 m.d.comb += [fetching.eq(1), self.qpc_resp.ready.eq(1),
-                             la_addr.eq((rec.sq_base & ~0x3F) +
-                                        ((rec.sq_ci & ((Const(1, 17) << rec.log_sq_size[:4]) - 1)) << 6))]
+                             la_addr.eq(ring_addr(rec.sq_ci, rec))]
                 with m.If(self.qpc_resp.valid):
                     with m.If((self.qpc_resp.payload.status == Status.OK) & (rec.sq_ci != rec.sq_pi) &
                               ((rec.state == QpState.RTS) | (rec.state == QpState.ERROR))):
