@@ -98,6 +98,9 @@ class DescriptorEngine(wiring.Component):
     deep_below : int
         Bytes: only a current WQE shorter than this reads more than one WQE ahead (``Rnic`` passes
         64 frame beats, ``8 * width``).
+    wqe_width : int
+        Data width of ``m_axi`` in bits, 64 .. 512: a WQE is one burst of ``512 / wqe_width``
+        full-width beats (``Rnic`` passes its datapath width).
 
     Members
     -------
@@ -106,7 +109,7 @@ class DescriptorEngine(wiring.Component):
     qpc_req / qpc_resp : stream
         To / from :class:`rnic.hdl.qp_cache.QpCache`; one request outstanding at a time.
     m_axi : Out(AXI4Signature)
-        WQE reads (8-beat bursts, ID 0); read only.
+        WQE reads (one 64-byte burst each, ID 0); read only.
     m_axi_cq : Out(AXI4Signature)
         The completion writer's accesses.
     desc : Out(stream of DescriptorLayout)
@@ -120,7 +123,7 @@ class DescriptorEngine(wiring.Component):
     """
 
     def __init__(self, cache_cfg: QpcCacheConfig | None = None, *, max_qps: int = 256, window: int = 16,
-                 max_mtu: int = 5, wqe_prefetch: int = 4, deep_below: int = 512):
+                 max_mtu: int = 5, wqe_prefetch: int = 4, deep_below: int = 512, wqe_width: int = 64):
         self.cache_cfg = cache_cfg = cache_cfg or QpcCacheConfig()
         exact_log2(max_qps)
         if not 2 <= window <= 64:
@@ -130,7 +133,9 @@ class DescriptorEngine(wiring.Component):
         if not 1 <= wqe_prefetch <= 8:
             raise ValueError(f"wqe_prefetch must be 1..8, not {wqe_prefetch!r}")
         self.max_qps, self.window, self.max_mtu, self.wqe_prefetch = max_qps, window, max_mtu, wqe_prefetch
-        self.deep_below = deep_below
+        if wqe_width not in (64, 128, 256, 512):
+            raise ValueError(f"wqe_width must be 64, 128, 256 or 512, not {wqe_width!r}")
+        self.deep_below, self.wqe_width = deep_below, wqe_width
         super().__init__({
             "enable": In(1), "qpc_size": In(25), "quota": In(16), "port_lid": In(16),
             "cq_base": In(64), "cq_size": In(25),
@@ -140,7 +145,7 @@ class DescriptorEngine(wiring.Component):
             "cq_doorbell": In(stream.Signature(cq_doorbell_layout)),
             "qpc_req": Out(stream.Signature(request_layout(cache_cfg))),
             "qpc_resp": In(stream.Signature(response_layout(cache_cfg))),
-            "m_axi": Out(AXI4Signature(addr_width=64, data_width=64, id_width=4)),
+            "m_axi": Out(AXI4Signature(addr_width=64, data_width=wqe_width, id_width=4)),
             "m_axi_cq": Out(AXI4Signature(addr_width=64, data_width=64, id_width=4)),
             "desc": Out(stream.Signature(DescriptorLayout)),
             "rd_cmd": Out(stream.Signature(rd_cmd_layout)),
@@ -311,8 +316,9 @@ class DescriptorEngine(wiring.Component):
                      info_w.opcode.eq(wqe.opcode), info_w.length.eq(wqe.length), info_w.signaled.eq(wqe.flags[0])]
 
         # --- AXI: WQE fetch ---------------------------------------------------------------------------
-        # Bursts of 8 beats, data in AR order into ``wqe_beats``. ``pf_n`` counts bursts asked for and
-        # not yet taken out (at most ``wqe_prefetch``, so the queue never fills and ``rready`` stays 1).
+        # One burst of ``nb`` beats per WQE, data in AR order into ``wqe_beats``. ``pf_n`` counts bursts
+        # asked for and not yet taken out (at most ``wqe_prefetch``, so the queue never fills and
+        # ``rready`` stays 1).
         # Fetch asks for ``issue_ci`` once every older burst is dropped; while a send chain is on, the
         # prefetcher asks for the following WQEs (``pf_ci`` up), and Send-Loop takes the oldest burst as
         # the chained WQE. A burst the chain does not use is dropped by the next Fetch or by Turn-End.
@@ -331,8 +337,12 @@ class DescriptorEngine(wiring.Component):
             """Host address of SQ slot ``ci`` of the QP whose context is ``qp``."""
             return (qp.sq_base & ~0x3F) + ((ci & ((Const(1, 17) << qp.log_sq_size[:4]) - 1)) << 6)
 
-        m.submodules.wqe_beats = wqe_beats = BlockFIFO(width=66, depth=8 * kpf)
-        beat_data, beat_err, beat_last = wqe_beats.r_data[:64], wqe_beats.r_data[64], wqe_beats.r_data[65]
+        ww = self.wqe_width
+        nb = 512 // ww
+        # at W > 64 the queue is a few entries of W + 2 bits: LUT RAM, not block RAMs used for their width
+        fifo = BlockFIFO if ww == 64 else SyncFIFOBuffered
+        m.submodules.wqe_beats = wqe_beats = fifo(width=ww + 2, depth=max(2, nb * kpf))
+        beat_data, beat_err, beat_last = wqe_beats.r_data[:ww], wqe_beats.r_data[ww], wqe_beats.r_data[ww + 1]
         # the oldest burst's beats gather in wqe_next, so Fetch-R takes a whole WQE in one clock
         wqe_next = Signal(512)
         next_err = Signal()
@@ -340,11 +350,11 @@ class DescriptorEngine(wiring.Component):
         next_take = Signal()           # Fetch-R takes it, or Fetch / Turn-End drops it
         m.d.comb += wqe_beats.r_en.eq(~next_valid)
         with m.If(wqe_beats.r_rdy & ~next_valid):
-            m.d.sync += [wqe_next.eq(Cat(wqe_next[64:], beat_data)), next_err.eq(next_err | beat_err),
+            m.d.sync += [wqe_next.eq(Cat(wqe_next[ww:], beat_data)), next_err.eq(next_err | beat_err),
                          next_valid.eq(beat_last)]
         with m.If(next_take & next_valid):
             m.d.sync += [next_valid.eq(0), next_err.eq(0)]
-        m.d.comb += [axi.arsize.eq(3), axi.arburst.eq(1), axi.arlen.eq(7), axi.bready.eq(1),
+        m.d.comb += [axi.arsize.eq(exact_log2(ww // 8)), axi.arburst.eq(1), axi.arlen.eq(nb - 1), axi.bready.eq(1),
                      axi.arvalid.eq(pf_valid | fetch_ar), axi.araddr.eq(Mux(pf_valid, pf_addr, ring_addr(issue_ci))),
                      axi.rready.eq(wqe_beats.w_rdy), wqe_beats.w_en.eq(axi.rvalid),
                      wqe_beats.w_data.eq(Cat(axi.rdata, axi.rresp[1], axi.rlast))]

@@ -2,8 +2,8 @@
 packet builder, on one AXI4 master, one AXI4-Lite slave and one AXI4-Stream frame output.
 
 ``docs/README.md`` draws the data path. The host AXI bus and the frame stream are ``width`` bits
-wide; the control masters (QP cache, WQE fetch, completions) move 8-byte beats on it as AXI narrow
-transfers (:class:`rnic.hdl.narrow.NarrowPort`), the payload reader full-width beats.
+wide; the QP cache and the completion writer move 8-byte beats on it as AXI narrow transfers
+(:class:`rnic.hdl.narrow.NarrowPort`), the payload reader and the WQE fetch full-width beats.
 """
 
 from amaranth import Module, Signal
@@ -55,8 +55,10 @@ class Rnic(wiring.Component):
         payload has arrived (store and forward), so the depth bounds how many packets are issued,
         and their payload read, ahead of the wire; issuing further ahead hides more memory latency.
     wqe_prefetch : int
-        WQE reads (8-beat bursts) in flight at once, 1 .. 8: the engine reads up to
+        WQE reads (one 64-byte burst each) in flight at once, 1 .. 8: the engine reads up to
         ``wqe_prefetch - 1`` WQEs ahead of a chain of unsignaled WQEs (``docs/engine.md``).
+        Default 4 at W = 64, where the host read channel is the limit, and 8 above, where the WQE
+        round trip is.
 
     Members
     -------
@@ -75,7 +77,7 @@ class Rnic(wiring.Component):
 
     def __init__(self, cache_cfg: QpcCacheConfig | None = None, *, width: int = 64, max_mtu: int = 4096,
                  max_qps: int = 256, window: int = 32, payload_queue: int = 1024, desc_queue: int = 16,
-                 wqe_prefetch: int = 4):
+                 wqe_prefetch: int | None = None):
         if width not in DATAPATH_WIDTHS:
             raise ValueError(f"width must be 64, 128, 256 or 512, not {width!r}")
         PathMtu.of_bytes(max_mtu)                       # 256 .. 4096 or ValueError
@@ -88,7 +90,8 @@ class Rnic(wiring.Component):
         self.cache_cfg = cache_cfg or QpcCacheConfig()
         self.width, self.max_mtu = width, max_mtu
         self.max_qps, self.window, self.payload_queue = max_qps, window, payload_queue
-        self.desc_queue, self.wqe_prefetch = desc_queue, wqe_prefetch
+        self.desc_queue = desc_queue
+        self.wqe_prefetch = wqe_prefetch if wqe_prefetch is not None else 4 if width == 64 else 8
         super().__init__({
             "s_axil": In(AXI4LiteSignature(addr_width=16, data_width=32)),
             "m_axi": Out(AXI4Signature(addr_width=64, data_width=width, id_width=6)),
@@ -102,7 +105,8 @@ class Rnic(wiring.Component):
         m.submodules.regs = regs = RegisterBlock(caps=caps(self.max_qps), caps2=caps2(W, mtu))
         m.submodules.cache = cache = QpCache(self.cache_cfg)
         m.submodules.engine = eng = DescriptorEngine(self.cache_cfg, max_qps=self.max_qps, window=self.window,
-                                                     max_mtu=mtu, wqe_prefetch=self.wqe_prefetch, deep_below=8 * W)
+                                                     max_mtu=mtu, wqe_prefetch=self.wqe_prefetch, deep_below=8 * W,
+                                                     wqe_width=W)
         m.submodules.reader = rd = PayloadReader(max_payload=self.max_mtu, fifo_depth=self.payload_queue,
                                                  data_width=W)
         m.submodules.builder = pb = PacketBuilder(W)
@@ -114,7 +118,7 @@ class Rnic(wiring.Component):
         wiring.connect(m, wiring.flipped(self.s_axil), regs.s_axil)
         wiring.connect(m, ic.m_axi, wiring.flipped(self.m_axi))
         for i, (name, master) in enumerate(zip(_MASTERS, (cache.m_axi, rd.m_axi, eng.m_axi, eng.m_axi_cq))):
-            if W > 64 and name != "payload":
+            if W > 64 and name not in ("payload", "wqe"):
                 m.submodules[f"{name}_narrow"] = port = NarrowPort(W)
                 wiring.connect(m, master, port.s_axi)
                 master = port.m_axi
