@@ -197,6 +197,7 @@ class DescriptorEngine(wiring.Component):
         retire_cnt = Signal(2)         # 0: none, 1: wqe_errors, 2: flush_count
         psn_arg = Signal(24)           # PSNs the committing packet consumed
         commit_last = Signal()
+        resp_owed = Signal()           # Retire-Both: ADD_PSN's response is still to come
 
         err = self.err
         inc = self.inc
@@ -648,6 +649,16 @@ class DescriptorEngine(wiring.Component):
                         m.d.sync += la_ci.eq(rec.sq_ci)
                     m.next = "Send-Loop"
 
+            def add_psn(arg):
+                m.d.comb += [self.qpc_req.valid.eq(1), req.op.eq(Op.ADD_PSN), req.qpn.eq(qpn), req.arg.eq(arg)]
+
+            def psn_sent(retire_now):
+                with m.If(retire_now):
+                    m.d.sync += resp_owed.eq(1)
+                    m.next = "Retire-Next"
+                with m.Else():
+                    m.next = "Commit-PSN-Resp"
+
             with m.State("Commit"):
                 m.d.comb += [info.r_en.eq(1), self.status.ready.eq(1)]
                 m.d.sync += inflight.eq(inflight - 1)
@@ -667,16 +678,57 @@ class DescriptorEngine(wiring.Component):
                     with m.If(info_r.last):
                         set_cqe(CqeStatus.SUCCESS, byte_len=info_r.length, src=info_r)
                     m.d.sync += [psn_arg.eq(info_r.psns), commit_last.eq(info_r.last)]
-                    m.next = "Commit-PSN"
+                    # ADD_PSN goes out now if the cache takes it, else from Commit-PSN
+                    add_psn(info_r.psns)
+                    with m.If(self.qpc_req.ready):
+                        psn_sent(info_r.last & ~info_r.signaled)
+                    with m.Else():
+                        m.next = "Commit-PSN"
 
-            def commit_psn(ok):
-                with m.If(commit_last & do_cqe):
-                    m.next = "Complete"
-                with m.Elif(commit_last):
-                    m.next = "Retire"
-                with m.Else():
+            def retired(ok):
+                m.d.comb += [inc.wqe_count.eq(1), inc.wqe_errors.eq(retire_cnt == 1),
+                             inc.flush_count.eq(retire_cnt == 2)]
+                m.d.sync += offset.eq(0)
+                with m.If(ret == RET_SEND):
                     m.next = "Send-Loop"
-            cache("Commit-PSN", Op.ADD_PSN, psn_arg, commit_psn)
+                with m.Else():
+                    m.next = "Loop"
+
+            # Commit sends the packet's ADD_PSN itself when the cache takes it, else Commit-PSN does.
+            # An unsignaled last packet retires right behind it: the SET_SQ_CI request goes out while
+            # ADD_PSN's response is on its way (the cache answers them in order), and Retire-Both
+            # takes the two responses.
+            with m.State("Commit-PSN"):
+                add_psn(psn_arg)
+                with m.If(self.qpc_req.ready):
+                    psn_sent(commit_last & ~do_cqe)
+            with m.State("Commit-PSN-Resp"):
+                m.d.comb += self.qpc_resp.ready.eq(1)
+                with m.If(self.qpc_resp.valid):
+                    with m.If(self.qpc_resp.payload.status == Status.OK):
+                        m.d.sync += ctx.eq(self.qpc_resp.payload.record)
+                    with m.If(commit_last):
+                        m.next = "Complete"
+                    with m.Else():
+                        m.next = "Send-Loop"
+            with m.State("Retire-Next"):
+                m.d.comb += [self.qpc_req.valid.eq(1), req.op.eq(Op.SET_SQ_CI), req.qpn.eq(qpn),
+                             req.arg.eq(ctx.sq_ci + 1), self.qpc_resp.ready.eq(1)]
+                with m.If(self.qpc_resp.valid):
+                    m.d.sync += resp_owed.eq(0)
+                    with m.If(self.qpc_resp.payload.status == Status.OK):
+                        m.d.sync += ctx.eq(self.qpc_resp.payload.record)
+                with m.If(self.qpc_req.ready):
+                    m.next = "Retire-Both"
+            with m.State("Retire-Both"):
+                m.d.comb += self.qpc_resp.ready.eq(1)
+                with m.If(self.qpc_resp.valid):
+                    with m.If(self.qpc_resp.payload.status == Status.OK):
+                        m.d.sync += ctx.eq(self.qpc_resp.payload.record)
+                    with m.If(resp_owed):
+                        m.d.sync += resp_owed.eq(0)
+                    with m.Else():
+                        retired(self.qpc_resp.payload.status == Status.OK)
 
             # retire / fail: [SET_ERROR] -> [CQE] -> [SET_ERROR if the CQE was dropped] -> SET_SQ_CI
             with m.State("Fail-SetError"):
@@ -708,14 +760,6 @@ class DescriptorEngine(wiring.Component):
                 with m.Else():
                     m.next = "Retire"
 
-            def retired(ok):
-                m.d.comb += [inc.wqe_count.eq(1), inc.wqe_errors.eq(retire_cnt == 1),
-                             inc.flush_count.eq(retire_cnt == 2)]
-                m.d.sync += offset.eq(0)
-                with m.If(ret == RET_SEND):
-                    m.next = "Send-Loop"
-                with m.Else():
-                    m.next = "Loop"
             cache("Retire", Op.SET_SQ_CI, ctx.sq_ci + 1, retired)
 
             with m.State("Turn-End"):
