@@ -386,6 +386,13 @@ class DescriptorEngine(wiring.Component):
                 m.next = state
             return f
 
+        def take_resp():
+            """Take a cache response (valid in this clock): an OK one reloads ``ctx``. Returns ok."""
+            ok = self.qpc_resp.payload.status == Status.OK
+            with m.If(ok):
+                m.d.sync += ctx.eq(self.qpc_resp.payload.record)
+            return ok
+
         def cache(name, op_, arg, on_resp):
             """States ``name`` (request) and ``name``-Resp; ``on_resp(ok)`` runs with the response."""
             with m.State(name):
@@ -395,10 +402,7 @@ class DescriptorEngine(wiring.Component):
             with m.State(f"{name}-Resp"):
                 m.d.comb += self.qpc_resp.ready.eq(1)
                 with m.If(self.qpc_resp.valid):
-                    ok = self.qpc_resp.payload.status == Status.OK
-                    with m.If(ok):
-                        m.d.sync += ctx.eq(self.qpc_resp.payload.record)
-                    on_resp(ok)
+                    on_resp(take_resp())
 
         def set_cqe(status, with_wqe=True, byte_len=0, src=None):
             src = wqe if src is None else src
@@ -705,8 +709,7 @@ class DescriptorEngine(wiring.Component):
             with m.State("Commit-PSN-Resp"):
                 m.d.comb += self.qpc_resp.ready.eq(1)
                 with m.If(self.qpc_resp.valid):
-                    with m.If(self.qpc_resp.payload.status == Status.OK):
-                        m.d.sync += ctx.eq(self.qpc_resp.payload.record)
+                    take_resp()
                     with m.If(commit_last):
                         m.next = "Complete"
                     with m.Else():
@@ -716,19 +719,17 @@ class DescriptorEngine(wiring.Component):
                              req.arg.eq(ctx.sq_ci + 1), self.qpc_resp.ready.eq(1)]
                 with m.If(self.qpc_resp.valid):
                     m.d.sync += resp_owed.eq(0)
-                    with m.If(self.qpc_resp.payload.status == Status.OK):
-                        m.d.sync += ctx.eq(self.qpc_resp.payload.record)
+                    take_resp()
                 with m.If(self.qpc_req.ready):
                     m.next = "Retire-Both"
             with m.State("Retire-Both"):
                 m.d.comb += self.qpc_resp.ready.eq(1)
                 with m.If(self.qpc_resp.valid):
-                    with m.If(self.qpc_resp.payload.status == Status.OK):
-                        m.d.sync += ctx.eq(self.qpc_resp.payload.record)
+                    ok = take_resp()
                     with m.If(resp_owed):
                         m.d.sync += resp_owed.eq(0)
                     with m.Else():
-                        retired(self.qpc_resp.payload.status == Status.OK)
+                        retired(ok)
 
             # retire / fail: [SET_ERROR] -> [CQE] -> [SET_ERROR if the CQE was dropped] -> SET_SQ_CI
             with m.State("Fail-SetError"):
