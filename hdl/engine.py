@@ -107,7 +107,8 @@ class DescriptorEngine(wiring.Component):
     doorbell, cq_doorbell : In(stream)
         From the register block; taken between turns.
     qpc_req / qpc_resp : stream
-        To / from :class:`rnic.hdl.qp_cache.QpCache`; one request outstanding at a time.
+        To / from :class:`rnic.hdl.qp_cache.QpCache`; one request outstanding at a time, except a
+        commit's ADD_PSN and SET_SQ_CI back to back (two; the cache answers one QP in order).
     m_axi : Out(AXI4Signature)
         WQE reads (one 64-byte burst each, ID 0); read only.
     m_axi_cq : Out(AXI4Signature)
