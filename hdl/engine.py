@@ -41,7 +41,7 @@ from amaranth.utils import exact_log2
 from ..model.engine import MAX_LOG_RING
 from ..model.opcodes import Opcode
 from ..model.qpc import QpcCacheConfig, ServiceType
-from ..model.regs import ErrBit
+from ..model.regs import DATAPATH_WIDTHS, ErrBit
 from ..model.wqe import INLINE_MAX_RC, INLINE_MAX_UD, MAX_MESSAGE, WQE_FIELDS, CqeStatus, WqeOpcode
 from .bus import AXI4Signature, PacketStream
 from .completion import CqeWriter, CqOp, cq_cmd_layout, err_layout
@@ -134,7 +134,7 @@ class DescriptorEngine(wiring.Component):
         if not 1 <= wqe_prefetch <= 8:
             raise ValueError(f"wqe_prefetch must be 1..8, not {wqe_prefetch!r}")
         self.max_qps, self.window, self.max_mtu, self.wqe_prefetch = max_qps, window, max_mtu, wqe_prefetch
-        if wqe_width not in (64, 128, 256, 512):
+        if wqe_width not in DATAPATH_WIDTHS:
             raise ValueError(f"wqe_width must be 64, 128, 256 or 512, not {wqe_width!r}")
         self.deep_below, self.wqe_width = deep_below, wqe_width
         super().__init__({
@@ -394,10 +394,14 @@ class DescriptorEngine(wiring.Component):
                 m.d.sync += ctx.eq(self.qpc_resp.payload.record)
             return ok
 
+        def request(op_, arg, who=qpn):
+            """Drive a cache request in this clock (it transfers on ``qpc_req.ready``)."""
+            m.d.comb += [self.qpc_req.valid.eq(1), req.op.eq(op_), req.qpn.eq(who), req.arg.eq(arg)]
+
         def cache(name, op_, arg, on_resp):
             """States ``name`` (request) and ``name``-Resp; ``on_resp(ok)`` runs with the response."""
             with m.State(name):
-                m.d.comb += [self.qpc_req.valid.eq(1), req.op.eq(op_), req.qpn.eq(qpn), req.arg.eq(arg)]
+                request(op_, arg)
                 with m.If(self.qpc_req.ready):
                     m.next = f"{name}-Resp"
             with m.State(f"{name}-Resp"):
@@ -639,8 +643,8 @@ class DescriptorEngine(wiring.Component):
                     m.next = "Send-Loop"
 
             with m.State("Peek"):
-                m.d.comb += [fetching.eq(1), self.qpc_req.valid.eq(1), req.op.eq(Op.LOOKUP), req.qpn.eq(la_qpn),
-                             req.arg.eq(0)]
+                m.d.comb += fetching.eq(1)
+                request(Op.LOOKUP, 0, who=la_qpn)
                 with m.If(self.qpc_req.ready):
                     m.next = "Peek-Resp"
             with m.State("Peek-Resp"):
@@ -653,9 +657,6 @@ class DescriptorEngine(wiring.Component):
                         m.d.comb += la_raise.eq(1)
                         m.d.sync += la_ci.eq(rec.sq_ci)
                     m.next = "Send-Loop"
-
-            def add_psn(arg):
-                m.d.comb += [self.qpc_req.valid.eq(1), req.op.eq(Op.ADD_PSN), req.qpn.eq(qpn), req.arg.eq(arg)]
 
             def psn_sent(retire_now):
                 with m.If(retire_now):
@@ -684,7 +685,7 @@ class DescriptorEngine(wiring.Component):
                         set_cqe(CqeStatus.SUCCESS, byte_len=info_r.length, src=info_r)
                     m.d.sync += [psn_arg.eq(info_r.psns), commit_last.eq(info_r.last)]
                     # ADD_PSN goes out now if the cache takes it, else from Commit-PSN
-                    add_psn(info_r.psns)
+                    request(Op.ADD_PSN, info_r.psns)
                     with m.If(self.qpc_req.ready):
                         psn_sent(info_r.last & ~info_r.signaled)
                     with m.Else():
@@ -704,7 +705,7 @@ class DescriptorEngine(wiring.Component):
             # ADD_PSN's response is on its way (the cache answers them in order), and Retire-Both
             # takes the two responses.
             with m.State("Commit-PSN"):
-                add_psn(psn_arg)
+                request(Op.ADD_PSN, psn_arg)
                 with m.If(self.qpc_req.ready):
                     psn_sent(commit_last & ~do_cqe)
             with m.State("Commit-PSN-Resp"):
@@ -716,8 +717,8 @@ class DescriptorEngine(wiring.Component):
                     with m.Else():
                         m.next = "Send-Loop"
             with m.State("Retire-Next"):
-                m.d.comb += [self.qpc_req.valid.eq(1), req.op.eq(Op.SET_SQ_CI), req.qpn.eq(qpn),
-                             req.arg.eq(ctx.sq_ci + 1), self.qpc_resp.ready.eq(1)]
+                request(Op.SET_SQ_CI, ctx.sq_ci + 1)
+                m.d.comb += self.qpc_resp.ready.eq(1)
                 with m.If(self.qpc_resp.valid):
                     m.d.sync += resp_owed.eq(0)
                     take_resp()
