@@ -17,7 +17,7 @@
 ``docs/engine.md`` ("DMA") has the contract; ``cocotb_tests/test_dma.py`` the tests.
 """
 
-from amaranth import Cat, Const, Module, Mux, Signal
+from amaranth import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
@@ -90,7 +90,10 @@ class AxiInterconnect(wiring.Component):
     may be longer than C, so nothing hangs). A burst that does not fit waits for the next window.
     Once raised, ``valid`` stays up until the handshake. Hence in every window the beats total at
     most C, or the window holds exactly one burst (longer than C). When AR and AW both become
-    eligible in one clock and do not fit together, they take turns. C = 0: no cap.
+    eligible in one clock and do not fit together, they take turns. The check is made a clock
+    ahead from registers, and not in the clock after a handshake: with C > 0 ``valid`` rises at the
+    earliest one clock after the burst reaches the output register, two after a handshake (at most
+    one burst per three clocks per channel). C = 0: no cap and no added clock.
 
     Members
     -------
@@ -154,6 +157,7 @@ class AxiInterconnect(wiring.Component):
             last = Signal(range(max(n, 2)), name=f"{ch}_last")
             full = Signal(name=f"{ch}_out_full")
             go = Signal(name=f"{ch}_go")                # budget allows valid (see the cap logic)
+            beats = Signal(9, name=f"{ch}_beats")       # the output register's len + 1
             valid, ready = getattr(axi, ch + "valid"), getattr(axi, ch + "ready")
             m.d.comb += valid.eq(full & go)
             hs = valid & ready
@@ -180,39 +184,49 @@ class AxiInterconnect(wiring.Component):
                             m.d.comb += take[i].eq(anyreq)
                             m.d.sync += getattr(axi, ch + "id").eq(Cat(bufs[i]["id"], Const(i, ib)))
                             m.d.sync += [getattr(axi, ch + f).eq(bufs[i][f]) for f in _ADDR_FIELDS]
+                            m.d.sync += beats.eq(bufs[i]["len"] + 1)
             with m.Elif(hs):
                 m.d.sync += full.eq(0)
             out_full[ch], out_go[ch] = full, go
-            out_len1[ch] = getattr(axi, ch + "len") + 1
+            out_len1[ch] = beats
 
         # ---- bandwidth cap -----------------------------------------------------------------------
+        # The decision to raise an output register's valid is taken a clock ahead from registers
+        # (the room left is itself registered, and no decision is taken in the clock after a
+        # handshake or a new window, when it is a clock stale), so no adder sits between an output
+        # register and its handshake.
         cap = self.bw_cap
         window = Signal(range(BW_WINDOW))
         used = Signal(20)                # beats handshaken in this window (< 2 * 1024 * 256)
-        ar_com, aw_com = Signal(), Signal()  # valid already up (committed, counted as reserved)
+        room = Signal(signed(21))        # cap - used, a clock late
+        empty = Signal(init=1)           # used == 0, a clock late
+        stale = Signal(init=1)           # used changed last clock
+        no_cap = Signal(init=1)
         prio_aw = Signal()
         lar, law = out_len1["ar"], out_len1["aw"]
+        ar_up, aw_up = out_full["ar"] & out_go["ar"], out_full["aw"] & out_go["aw"]
+        ar_go, aw_go = Signal(), Signal()
 
-        def fits(p, beats):
-            return (cap == 0) | (p + beats <= cap) | (p == 0)
-
-        ar_new = out_full["ar"] & ~ar_com & fits(used + Mux(aw_com, law, 0), lar)
-        aw_new = out_full["aw"] & ~aw_com & fits(used + Mux(ar_com, lar, 0), law)
-        both_fit = (cap == 0) | (used + lar + law <= cap)
-        conflict = ar_new & aw_new & ~both_fit
-        m.d.comb += [
-            out_go["ar"].eq(ar_com | (ar_new & ~(conflict & prio_aw))),
-            out_go["aw"].eq(aw_com | (aw_new & ~(conflict & ~prio_aw))),
-        ]
+        # A burst waiting in its output register (valid still low) may go up next clock if it fits
+        # beside everything this window has taken and the other channel's burst if that is up, or
+        # if it is the window's first.
+        both = lar + law <= room
+        ar_new = out_full["ar"] & ~ar_up & ~stale & Mux(aw_up, both, (lar <= room) | empty)
+        aw_new = out_full["aw"] & ~aw_up & ~stale & Mux(ar_up, both, (law <= room) | empty)
+        conflict = ar_new & aw_new & ~both
+        m.d.comb += [out_go["ar"].eq(no_cap | ar_go), out_go["aw"].eq(no_cap | aw_go)]
         ar_hs, aw_hs = axi.arvalid & axi.arready, axi.awvalid & axi.awready
+        rollover = window == BW_WINDOW - 1
         m.d.sync += [
+            no_cap.eq(cap == 0),
             window.eq(window + 1),
-            ar_com.eq(axi.arvalid & ~axi.arready),
-            aw_com.eq(axi.awvalid & ~axi.awready),
+            room.eq(cap - used), empty.eq(used == 0), stale.eq(ar_hs | aw_hs | rollover),
+            ar_go.eq((ar_up & ~axi.arready) | (ar_new & ~(conflict & prio_aw))),
+            aw_go.eq((aw_up & ~axi.awready) | (aw_new & ~(conflict & ~prio_aw))),
         ]
         with m.If(conflict):
             m.d.sync += prio_aw.eq(~prio_aw)
-        with m.If(window == BW_WINDOW - 1):
+        with m.If(rollover):
             m.d.sync += used.eq(0)
         with m.Else():
             m.d.sync += used.eq(used + Mux(ar_hs, lar, 0) + Mux(aw_hs, law, 0))
@@ -255,7 +269,7 @@ class PayloadReader(wiring.Component):
     Structure: the command stage splits each command into the bursts of
     :func:`rnic.model.engine.split_bursts` with ``beat_bytes`` = B (beat-aligned INCR, ``arsize``
     log2(B), ID 0, at most ``max_burst`` beats, never across 4 KiB, so at most 4096/B beats), one AR
-    per clock, for the current command and, as soon as it is issued, the next ones. An AR is issued
+    every other clock, for the current command and, as soon as it is issued, the next ones. An AR is issued
     only if the data queue (``fifo_depth`` beats) has room for every beat of the burst not yet
     claimed by earlier bursts (a credit counter: +beats at issue, -1 when a beat leaves the queue),
     so ``rready`` is constantly 1.
@@ -348,7 +362,7 @@ class PayloadReader(wiring.Component):
             "inline": 1,
         })
 
-        m.submodules.pinfo = pinfo = BlockFIFO(width=pinfo_layout.size, depth=C)
+        m.submodules.pinfo = pinfo = BlockFIFO(width=pinfo_layout.size, depth=C, fabric_out=True)
         m.submodules.inline = inl = BlockFIFO(width=256, depth=self._inline_depth)
         m.submodules.rbeats = rbeats = SyncFIFO(width=beat_bits, depth=C)
         m.submodules.sorder = sorder = SyncFIFO(width=1, depth=C)
@@ -401,10 +415,13 @@ class PayloadReader(wiring.Component):
         lim_max = max(page_beats, 256)
         lim = Signal(range(lim_max + 1))     # min(max_burst, beats to the 4 KiB boundary)
         m.d.comb += lim.eq(Mux(to_page < mb_eff, to_page, mb_eff))
+        # The next burst's length is registered (``beats``, valid in ``beats_ok`` once it has been
+        # computed from the current a_addr and a_left), so a burst is issued at most every other clock.
         beats = Signal(range(lim_max + 1))
-        m.d.comb += beats.eq(Mux(a_left < lim, a_left, lim))
+        beats_ok = Signal()
         reserved = Signal(range(D + 1))      # beats claimed: in flight on R or waiting in rdata
-        ar_load = active & (~axi.arvalid | axi.arready) & (reserved + beats <= D)
+        ar_load = active & beats_ok & (~axi.arvalid | axi.arready) & (reserved + beats <= D)
+        m.d.sync += [beats.eq(Mux(a_left < lim, a_left, lim)), beats_ok.eq(active & ~ar_load)]
         with m.If(ar_load):
             m.d.sync += [
                 axi.arvalid.eq(1), axi.araddr.eq(Cat(Const(0, sb), a_addr)), axi.arlen.eq(beats - 1),
