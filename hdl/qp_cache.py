@@ -298,44 +298,56 @@ class QpCache(wiring.Component):
 
         # ===== s0: compare the incoming request, so that s1 addresses the memory from a register
         s0_hit, _, s0_idx = compare(self.req.payload.qpn, "s0_hit", tag_rp[0])
-        s1_hit_r = Signal()
-        s1_idx_r = Signal(idx_bits)
+        # ===== s1: decides from a compare registered in the clock before (s1_hit_r, s1_idx_r,
+        # s1_bad_r): s0's if s1 took its request then, else the s1 compare of s1's own QPN (or,
+        # with s1 empty, the control port's), unless a tag or valid bit it depends on has changed.
+        a_hit, a_idx, a_bad = Signal(), Signal(idx_bits), Signal()     # s0's compare, registered
+        b_hit, b_idx, b_bad = Signal(), Signal(idx_bits), Signal()     # s1's compare, registered
+        took = Signal()              # s1 took a request in the clock before
+        s1_r_ctrl = Signal()         # b is of the control port's QPN
+        s1_hit_r, s1_idx_r, s1_bad_r = Mux(took, a_hit, b_hit), Mux(took, a_idx, b_idx), Mux(took, a_bad, b_bad)
+        valid_d = Signal(E)
+        tag_wr_d = Signal()
+        m.d.sync += [valid_d.eq(Cat(*valid)), tag_wr_d.eq(tag_wp.en.any())]
 
-        # ===== s1: tag compare (again: the tags may have changed since s0) =====================
         cmp_qpn = Mux(s1_valid, s1_req.qpn, self.ctrl.payload.qpn)
-        cmp_set = set_of(cmp_qpn)
-        hit, hit_way, hit_idx = compare(cmp_qpn, "s1_hit", tag_rp[1])
-        bad_qpn = cmp_qpn >= self.table_size
-        s1_stale = hit & (~s1_hit_r | (s1_idx_r != hit_idx))
+        hit, _, hit_idx = compare(cmp_qpn, "s1_hit", tag_rp[1])
+        m.d.sync += [
+            a_hit.eq(s0_hit), a_idx.eq(s0_idx), a_bad.eq(self.req.payload.qpn >= self.table_size),
+            b_hit.eq(hit), b_idx.eq(hit_idx), b_bad.eq(cmp_qpn >= self.table_size),
+            took.eq(self.req.valid & self.req.ready), s1_r_ctrl.eq(~s1_valid),
+        ]
+        s1_set = set_of(s1_req.qpn)
 
-        inv_vec = Cat(*[~way_valid[w][cmp_set] for w in range(W)])
+        inv_vec = Cat(*[~way_valid[w][s1_set] for w in range(W)])
         victim_way = Signal(max(way_bits, 1))
         if W > 1:
-            pv = _plru_victim(plru[cmp_set], W)
+            pv = _plru_victim(plru[s1_set], W)
             for w in range(W):
                 with m.If(pv[w]):
                     m.d.comb += victim_way.eq(w)
         for w in reversed(range(W)):                 # first invalid way wins
             with m.If(inv_vec[w]):
                 m.d.comb += victim_way.eq(w)
-        victim_idx = entry(cmp_set, victim_way)
+        victim_idx = entry(s1_set, victim_way)
         victim_valid = ~inv_vec.bit_select(victim_way, 1) if W > 1 else ~inv_vec[0]
 
         mshr_load = Signal()
         s2_advance = s2_valid & self.resp.ready
         s2_free = ~s2_valid | self.resp.ready
-        s1_can_go = bad_qpn | (hit & ~s1_stale) | (~hit & ~mshr_busy)
+        # The registered compare is stale if its hit entry has just been invalidated, or, for a
+        # miss, if any entry has just become valid or a tag has just been written.
+        fell, rose = valid_d & ~Cat(*valid), ~valid_d & Cat(*valid)
+        fresh = Mux(s1_hit_r, ~fell.bit_select(s1_idx_r, 1), ~rose.any() & ~tag_wr_d)
+        s1_can_go = fresh & (s1_bad_r | s1_hit_r | ~mshr_busy)
         s1_advance = s1_valid & s1_can_go & s2_free & ~mshr_load
-        s1_miss = ~bad_qpn & ~hit
+        s1_miss = ~s1_bad_r & ~s1_hit_r
 
         m.d.comb += self.req.ready.eq(~ctrl_block & (~s1_valid | s1_advance))
         with m.If(self.req.valid & self.req.ready):
-            m.d.sync += [s1_valid.eq(1), s1_req.eq(self.req.payload), count("lookups"),
-                         s1_hit_r.eq(s0_hit), s1_idx_r.eq(s0_idx)]
+            m.d.sync += [s1_valid.eq(1), s1_req.eq(self.req.payload), count("lookups")]
         with m.Elif(s1_advance):
             m.d.sync += s1_valid.eq(0)
-        with m.Else():                  # waiting: refresh the registered compare
-            m.d.sync += [s1_hit_r.eq(hit), s1_idx_r.eq(hit_idx)]
 
         # The read port address comes from the tag compare; it reads whenever s2 can take new
         # data, and holds while s2 stalls. mut_rp reads the victim or the control FSM's entry.
@@ -350,17 +362,17 @@ class QpCache(wiring.Component):
         with m.If(s1_advance):
             m.d.sync += [
                 s2_valid.eq(~s1_miss), s2_req.eq(s1_req), s2_from_fill.eq(0),
-                s2_status.eq(Mux(bad_qpn, Status.BAD_QPN, Status.OK)),
+                s2_status.eq(Mux(s1_bad_r, Status.BAD_QPN, Status.OK)),
                 s2_idx.eq(s1_idx_r),
                 # the read port does not see a write at the same edge: forward it
                 s2_fwd.eq(s2_writes & (s2_idx == s1_idx_r)),
             ]
-            with m.If(bad_qpn):
+            with m.If(s1_bad_r):
                 m.d.sync += count("errors")
-            with m.Elif(hit):
+            with m.Elif(s1_hit_r):
                 m.d.sync += count("hits")
                 if W > 1:
-                    m.d.sync += plru[cmp_set].eq(_plru_touch(plru[cmp_set], W, hit_way))
+                    m.d.sync += plru[s1_set].eq(_plru_touch(plru[s1_set], W, s1_idx_r[:way_bits]))
             with m.Else():                            # allocate the MSHR, hide the victim
                 m.d.sync += [
                     count("misses"),
@@ -520,25 +532,25 @@ class QpCache(wiring.Component):
                     m.next = "Drain"
             with m.State("Drain"):
                 m.d.comb += ctrl_block.eq(1)
-                with m.If(drained):
-                    with m.If((c_op != CtrlOp.FLUSH) & bad_qpn):
+                with m.If(drained & s1_r_ctrl & ~took & fresh):
+                    with m.If((c_op != CtrlOp.FLUSH) & s1_bad_r):
                         m.d.sync += c_status.eq(Status.BAD_QPN)
                         m.next = "Ack"
                     with m.Elif(c_op == CtrlOp.MODIFY):
-                        with m.If(hit):
-                            m.d.sync += [valid_a[hit_idx].eq(0), dirty_a[hit_idx].eq(0)]
+                        with m.If(s1_hit_r):
+                            m.d.sync += [valid_a[s1_idx_r].eq(0), dirty_a[s1_idx_r].eq(0)]
                         m.d.comb += [
                             we_start.eq(1), we_from_ctrl.eq(1), we_start_len.eq(_BEATS - 1),
                             we_start_addr.eq(rec_addr(self.ctrl.payload.qpn)),
                         ]
                         m.next = "Write"
                     with m.Elif(c_op == CtrlOp.INVALIDATE):
-                        with m.If(hit & dirty_a[hit_idx]):
-                            m.d.sync += c_idx.eq(hit_idx)
+                        with m.If(s1_hit_r & dirty_a[s1_idx_r]):
+                            m.d.sync += c_idx.eq(s1_idx_r)
                             m.next = "Read-Addr"
                         with m.Else():
-                            with m.If(hit):
-                                m.d.sync += valid_a[hit_idx].eq(0)
+                            with m.If(s1_hit_r):
+                                m.d.sync += valid_a[s1_idx_r].eq(0)
                             m.next = "Ack"
                     with m.Else():
                         m.next = "Flush-Scan"
