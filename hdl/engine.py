@@ -173,9 +173,10 @@ class DescriptorEngine(wiring.Component):
         pi = Signal(16)
         ctx = Signal(cached_layout)
         wqe_raw = Signal(512)
+        wqe_next = Signal(512)         # the WQE being gathered from the fetch queue
         wqe = data.View(wqe_layout, wqe_raw)
         offset = Signal(32)            # byte offset of the current message (partial messages)
-        steps = Signal(32)             # packets and WQEs of this turn (32 bits: a solo turn is long)
+        steps = Signal(17)             # packets and WQEs of this turn, saturating above any quota
         flush_mode = Signal()
         rerr = Signal()
 
@@ -186,6 +187,11 @@ class DescriptorEngine(wiring.Component):
         chain_block = Signal()         # a chained fetch failed: drain, then fetch it again in order
         sending = Signal()             # a send chain is on (from its first Fetched to Loop / Turn-End)
         inflight = Signal(range(window + 1))
+        si = Signal(18)                # steps + inflight, a register beside them
+
+        def count_step(committed=False):
+            """One more step in this turn; ``committed``: a packet in flight leaves with it."""
+            m.d.sync += [steps.eq(steps + ~steps[-1]), si.eq(si + ~steps[-1] - committed)]
         squash = Signal()
         issued_last = Signal()
         sent = Signal(3)               # desc, rd_cmd, group transferred in this Issue
@@ -214,7 +220,7 @@ class DescriptorEngine(wiring.Component):
         m.d.comb += inc.bus_errors.eq(cqw.inc_bus_errors + bus_err_fsm)
 
         # --- ready list -----------------------------------------------------------------------------
-        m.submodules.ready = rdy = BlockFIFO(width=24 + 32, depth=max_qps)
+        m.submodules.ready = rdy = BlockFIFO(width=24 + 32, depth=max_qps, fabric_out=True)
         m.submodules.sched = sched = Memory(shape=1, depth=max_qps, init=[])
         sched_w = sched.write_port()
         sched_r = sched.read_port(transparent_for=(sched_w,))
@@ -249,16 +255,22 @@ class DescriptorEngine(wiring.Component):
         self_sgid = ctx.sgid_index
         m.d.comb += self.sgid_index.eq(self_sgid[:4])
 
+        # The WQE's check against its QP (0 or a CQE status), made on the WQE as it is fetched
+        # (wqe_next) and registered with it: the context fields it reads do not change within a turn.
         validate = Signal(8)
+        validate_next = Signal(8)
+        w_next = data.View(wqe_layout, wqe_next)
         ctx_ok = ((ctx.service <= 2) & (ctx.path_mtu >= 1) & (ctx.path_mtu <= self.max_mtu) & (ctx.link_mode <= 4)
                   & (ctx.sgid_index < 16))
-        allowed = Mux(ctx.service == ServiceType.RC, (op >= 1) & (op <= 5),
-                      Mux(ctx.service == ServiceType.UC, (op >= 1) & (op <= 4), (op >= 1) & (op <= 2)))
+        n_op = w_next.opcode
+        n_inline = w_next.flags[3]
+        allowed = Mux(ctx.service == ServiceType.RC, (n_op >= 1) & (n_op <= 5),
+                      Mux(ctx.service == ServiceType.UC, (n_op >= 1) & (n_op <= 4), (n_op >= 1) & (n_op <= 2)))
         cap = Mux(ud, INLINE_MAX_UD, INLINE_MAX_RC)
-        with m.If(~ctx_ok | ~allowed | (inline & is_read)):
-            m.d.comb += validate.eq(CqeStatus.LOC_QP_OP_ERR)
-        with m.Elif((wqe.length > MAX_MESSAGE) | (inline & (wqe.length > cap)) | (ud & (wqe.length > mtu))):
-            m.d.comb += validate.eq(CqeStatus.LOC_LEN_ERR)
+        with m.If(~ctx_ok | ~allowed | (n_inline & (n_op == WqeOpcode.RDMA_READ))):
+            m.d.comb += validate_next.eq(CqeStatus.LOC_QP_OP_ERR)
+        with m.Elif((w_next.length > MAX_MESSAGE) | (n_inline & (w_next.length > cap)) | (ud & (w_next.length > mtu))):
+            m.d.comb += validate_next.eq(CqeStatus.LOC_LEN_ERR)
 
         remaining = Signal(32)
         m.d.comb += remaining.eq(wqe.length - issue_off)
@@ -326,8 +338,10 @@ class DescriptorEngine(wiring.Component):
         # the chained WQE. A burst the chain does not use is dropped by the next Fetch or by Turn-End.
         axi = self.m_axi
         kpf = self.wqe_prefetch
-        next_ci = Signal(16)
-        m.d.comb += next_ci.eq(issue_ci + 1)
+        next_ci = Signal(16, init=1)   # issue_ci + 1, a register beside it
+
+        def set_issue_ci(ci):
+            m.d.sync += [issue_ci.eq(ci), next_ci.eq(ci + 1)]
         pf_n = Signal(range(kpf + 1))
         pf_ci = Signal(16)
         pf_valid = Signal()
@@ -346,7 +360,6 @@ class DescriptorEngine(wiring.Component):
         m.submodules.wqe_beats = wqe_beats = fifo(width=ww + 2, depth=max(2, nb * kpf))
         beat_data, beat_err, beat_last = wqe_beats.r_data[:ww], wqe_beats.r_data[ww], wqe_beats.r_data[ww + 1]
         # the oldest burst's beats gather in wqe_next, so Fetch-R takes a whole WQE in one clock
-        wqe_next = Signal(512)
         next_err = Signal()
         next_valid = Signal()
         next_take = Signal()           # Fetch-R takes it, or Fetch / Turn-End drops it
@@ -418,11 +431,11 @@ class DescriptorEngine(wiring.Component):
 
         # nobody else waits: the turn goes on past its quota (round robin over one QP is that QP, and a
         # turn boundary would drain the window and read the WQE again)
-        solo = (rdy.level == 0) & ~self.doorbell.valid & ~self.cq_doorbell.valid
+        solo = rdy.empty & ~self.doorbell.valid & ~self.cq_doorbell.valid
 
         def room(ahead):
             """The window and the quota allow one more packet with ``ahead`` more in flight than now."""
-            return (inflight + ahead < window) & ((steps + inflight + ahead < quota) | solo)
+            return (inflight + ahead < window) & ((si + ahead < quota) | solo)
 
         can_issue = ~squash & ~issued_last & room(0)
         # The next WQE may start before this one retires only if this one writes no CQE: a CQE can
@@ -434,10 +447,10 @@ class DescriptorEngine(wiring.Component):
         pf_depth = Mux(wqe.length < self.deep_below, kpf, 1)
         m.d.comb += pf_raise.eq(sending & ~fetching & ~la_valid & chainable & ~squash & ~pf_valid &
                                 (pf_n < pf_depth) & (pf_ci != ctx.sq_pi) &
-                                ((steps + inflight + pf_n + 1 < quota) | solo))
+                                ((si + pf_n + 1 < quota) | solo))
 
         # the turn issues nothing more: only its commits (and retires) are left
-        turn_ends = ~squash & issued_last & (((steps + inflight >= quota) & ~solo) | (next_ci == ctx.sq_pi))
+        turn_ends = ~squash & issued_last & (((si >= quota) & ~solo) | (next_ci == ctx.sq_pi))
 
         with m.FSM(init="Clear") as fsm:
             with m.State("Clear"):
@@ -521,7 +534,7 @@ class DescriptorEngine(wiring.Component):
             # a turn
             def turn_lookup(ok):
                 with m.If(ok):
-                    m.d.sync += steps.eq(0)
+                    m.d.sync += [steps.eq(0), si.eq(inflight)]
                     m.next = "Loop"
                 with m.Else():
                     m.d.comb += bus_err_fsm.eq(1)
@@ -544,10 +557,12 @@ class DescriptorEngine(wiring.Component):
                         m.d.sync += la_valid.eq(0)          # this turn's own lookahead, unused
                     m.next = "Turn-End"
                 with m.Elif(ctx.state == QpState.ERROR):
-                    m.d.sync += [flush_mode.eq(1), issue_ci.eq(ctx.sq_ci), chained.eq(0), chain_block.eq(0)]
+                    m.d.sync += [flush_mode.eq(1), chained.eq(0), chain_block.eq(0)]
+                    set_issue_ci(ctx.sq_ci)
                     m.next = "Fetch"
                 with m.Elif(ctx.state == QpState.RTS):
-                    m.d.sync += [flush_mode.eq(0), issue_ci.eq(ctx.sq_ci), chained.eq(0), chain_block.eq(0)]
+                    m.d.sync += [flush_mode.eq(0), chained.eq(0), chain_block.eq(0)]
+                    set_issue_ci(ctx.sq_ci)
                     m.next = "Fetch"
                 with m.Else():
                     with m.If(la_qpn == qpn):
@@ -557,7 +572,7 @@ class DescriptorEngine(wiring.Component):
             with m.State("Fetch"):
                 m.d.comb += fetching.eq(1)
                 with m.If(la_valid & (la_qpn == qpn) & (la_ci == issue_ci) & (pf_n == 1)):
-                    m.d.sync += [la_valid.eq(0), pf_ci.eq(issue_ci + 1)]      # the lookahead is this WQE
+                    m.d.sync += [la_valid.eq(0), pf_ci.eq(next_ci)]      # the lookahead is this WQE
                     m.next = "Fetch-R"
                 with m.Elif(pf_n != 0):
                     m.d.comb += next_take.eq(1)               # drop what the chain did not use
@@ -565,12 +580,12 @@ class DescriptorEngine(wiring.Component):
                 with m.Else():
                     m.d.comb += fetch_ar.eq(1)
                     with m.If(axi.arready):
-                        m.d.sync += pf_ci.eq(issue_ci + 1)
+                        m.d.sync += pf_ci.eq(next_ci)
                         m.next = "Fetch-R"
             with m.State("Fetch-R"):
                 m.d.comb += [fetching.eq(1), next_take.eq(1)]
                 with m.If(next_valid):
-                    m.d.sync += [wqe_raw.eq(wqe_next), rerr.eq(next_err)]
+                    m.d.sync += [wqe_raw.eq(wqe_next), validate.eq(validate_next), rerr.eq(next_err)]
                     m.next = "Fetched"
             with m.State("Fetched"):
                 m.d.comb += fetching.eq(1)
@@ -585,7 +600,7 @@ class DescriptorEngine(wiring.Component):
                 with m.Elif(rerr):
                     m.d.comb += bus_err_fsm.eq(1)
                     report(ErrBit.BUS_WQE, CqeStatus.WQE_FETCH_ERR)
-                    m.d.sync += steps.eq(steps + 1)
+                    count_step()
                     with m.If(flush_mode):
                         set_cqe(CqeStatus.WR_FLUSH_ERR, with_wqe=False)
                         m.d.sync += retire_cnt.eq(2)
@@ -596,16 +611,18 @@ class DescriptorEngine(wiring.Component):
                         m.next = "Fail-SetError"
                 with m.Elif(flush_mode):
                     set_cqe(CqeStatus.WR_FLUSH_ERR)
-                    m.d.sync += [steps.eq(steps + 1), retire_cnt.eq(2)]
+                    m.d.sync += retire_cnt.eq(2)
+                    count_step()
                     m.next = "Complete"
                 with m.Elif((offset == 0) & (validate != 0)):
                     report(ErrBit.WQE_ERROR, validate)
                     set_cqe(validate)
-                    m.d.sync += [steps.eq(steps + 1), retire_cnt.eq(1)]
+                    m.d.sync += retire_cnt.eq(1)
+                    count_step()
                     m.next = "Fail-SetError"
                 with m.Else():
-                    m.d.sync += [issue_off.eq(offset), issue_psn.eq(ctx.next_psn), inflight.eq(0), squash.eq(0),
-                                 issued_last.eq(0), sent.eq(0), sending.eq(1)]
+                    m.d.sync += [issue_off.eq(offset), issue_psn.eq(ctx.next_psn), inflight.eq(0), si.eq(steps),
+                                 squash.eq(0), issued_last.eq(0), sent.eq(0), sending.eq(1)]
                     m.next = "Send-Loop"
 
             with m.State("Send-Loop"):
@@ -615,11 +632,13 @@ class DescriptorEngine(wiring.Component):
                     m.next = "Issue"
                 with m.Elif(can_chain):
                     with m.If(pf_n == 0):
-                        m.d.sync += [issue_ci.eq(next_ci), chained.eq(1)]
+                        m.d.sync += chained.eq(1)
+                        set_issue_ci(next_ci)
                         m.next = "Fetch"
                     with m.Elif(next_valid):
                         # the oldest prefetched burst is WQE next_ci
-                        m.d.sync += [issue_ci.eq(next_ci), chained.eq(1)]
+                        m.d.sync += chained.eq(1)
+                        set_issue_ci(next_ci)
                         m.next = "Fetch-R"
                 with m.Elif(turn_ends & (inflight != 0) & ~peeked & rdy.r_rdy & (pf_n == 0) & ~pf_valid):
                     m.d.sync += [peeked.eq(1), la_qpn.eq(rdy.r_data[:24])]
@@ -638,7 +657,7 @@ class DescriptorEngine(wiring.Component):
                 m.d.sync += sent.eq(now)
                 with m.If(now.all()):
                     m.d.comb += info.w_en.eq(1)
-                    m.d.sync += [sent.eq(0), inflight.eq(inflight + 1), issue_off.eq(issue_off + seg),
+                    m.d.sync += [sent.eq(0), inflight.eq(inflight + 1), si.eq(si + 1), issue_off.eq(issue_off + seg),
                                  issue_psn.eq(issue_psn + psns), issued_last.eq(last)]
                     m.next = "Send-Loop"
 
@@ -667,19 +686,21 @@ class DescriptorEngine(wiring.Component):
 
             with m.State("Commit"):
                 m.d.comb += [info.r_en.eq(1), self.status.ready.eq(1)]
-                m.d.sync += inflight.eq(inflight - 1)
+                m.d.sync += [inflight.eq(inflight - 1), si.eq(si - 1)]
                 with m.If(squash):
                     m.next = "Send-Loop"
                 with m.Elif(self.status.payload.error):
                     m.d.comb += bus_err_fsm.eq(1)
                     report(ErrBit.BUS_PAYLOAD, CqeStatus.PAYLOAD_READ_ERR)
                     set_cqe(CqeStatus.PAYLOAD_READ_ERR, src=info_r)
-                    m.d.sync += [squash.eq(1), steps.eq(steps + 1), do_cqe.eq(1), ret.eq(RET_SEND),
+                    count_step(committed=True)
+                    m.d.sync += [squash.eq(1), do_cqe.eq(1), ret.eq(RET_SEND),
                                  retire_cnt.eq(1)]
                     m.next = "Fail-SetError"
                 with m.Else():
                     m.d.comb += [inc.pkt_count.eq(1), inc.byte_count.eq(info_r.seg)]
-                    m.d.sync += [steps.eq(steps + 1), do_cqe.eq(info_r.signaled), ret.eq(RET_SEND),
+                    count_step(committed=True)
+                    m.d.sync += [do_cqe.eq(info_r.signaled), ret.eq(RET_SEND),
                                  retire_cnt.eq(0)]
                     with m.If(info_r.last):
                         set_cqe(CqeStatus.SUCCESS, byte_len=info_r.length, src=info_r)
@@ -778,8 +799,8 @@ class DescriptorEngine(wiring.Component):
                 with m.If(pf_n <= la_valid):
                     m.next = "Idle"
 
-        # rdy.level, not r_rdy: an entry written in Turn-End reaches r_rdy a clock later
-        m.d.comb += self.idle.eq(fsm.ongoing("Idle") & (rdy.level == 0) & ~self.doorbell.valid &
+        # rdy.empty, not r_rdy: an entry written in Turn-End reaches r_rdy clocks later
+        m.d.comb += self.idle.eq(fsm.ongoing("Idle") & rdy.empty & ~self.doorbell.valid &
                                  ~self.cq_doorbell.valid & (pf_n == 0))
         return m
 
