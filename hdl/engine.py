@@ -272,18 +272,21 @@ class DescriptorEngine(wiring.Component):
         with m.Elif((w_next.length > MAX_MESSAGE) | (n_inline & (w_next.length > cap)) | (ud & (w_next.length > mtu))):
             m.d.comb += validate_next.eq(CqeStatus.LOC_LEN_ERR)
 
+        # The next packet's segment, registered: computed from issue_off in the clocks before Issue
+        # (Issue is entered from Send-Loop only, and issue_off, the WQE and ctx hold meanwhile).
         remaining = Signal(32)
         m.d.comb += remaining.eq(wqe.length - issue_off)
         seg = Signal(13)
         first = Signal()
         last = Signal()
         psns = Signal(24)
+        rd_addr = Signal(64)
         with m.If(is_read):
-            m.d.comb += [seg.eq(0), last.eq(1),
+            m.d.sync += [seg.eq(0), last.eq(1),
                          psns.eq(Mux(wqe.length == 0, 1, (wqe.length + mtu - 1) >> log_mtu))]
         with m.Else():
-            m.d.comb += [seg.eq(Mux(remaining > mtu, mtu, remaining)), last.eq(remaining <= mtu), psns.eq(1)]
-        m.d.comb += first.eq(issue_off == 0)
+            m.d.sync += [seg.eq(Mux(remaining > mtu, mtu, remaining)), last.eq(remaining <= mtu), psns.eq(1)]
+        m.d.sync += [first.eq(issue_off == 0), rd_addr.eq(wqe.local_addr + issue_off)]
 
         # BTH opcode of this packet
         base = Mux(ctx.service == ServiceType.UD, 0x60, Mux(ctx.service == ServiceType.UC, 0x20, 0x00))
@@ -323,7 +326,7 @@ class DescriptorEngine(wiring.Component):
             d.deth_src_qp.eq(Mux(ud, qpn, 0)),
         ]
         c = self.rd_cmd.payload
-        m.d.comb += [c.addr.eq(wqe.local_addr + issue_off), c.len.eq(seg), c.inline.eq(inline),
+        m.d.comb += [c.addr.eq(rd_addr), c.len.eq(seg), c.inline.eq(inline),
                      c.data.eq(wqe_raw[256:512])]
         m.d.comb += self.group.payload.start.eq(inflight == 0)
         m.d.comb += [info_w.seg.eq(seg), info_w.psns.eq(psns), info_w.last.eq(last), info_w.wr_id.eq(wqe.wr_id),
