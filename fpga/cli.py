@@ -1,5 +1,6 @@
-"""``python -m rnic.fpga synth``: out-of-context synthesis of the whole engine (``Rnic``), JSON and
-Markdown report. ``python -m rnic.fpga board``: the self-test bitstream for a board (``board.py``).
+"""``python -m rnic.fpga synth``: out-of-context synthesis of the whole engine (``Rnic``) or of one
+of its blocks (``--block``), JSON and Markdown report. ``python -m rnic.fpga board``: the self-test
+bitstream for a board (``board.py``).
 
 Exit status: 0 when the flow ran to a report, whether or not the design fits or meets timing (see
 ``fits`` and ``timing_met``); 1 when a tool or the elaboration failed (the error is printed on
@@ -20,10 +21,12 @@ from ..model.regs import DATAPATH_WIDTHS
 from .synth import DEVICES
 
 __all__ = ["SUPPORTED_WIDTHS", "build_parser", "parse_args", "engine_config", "default_name", "build_engine",
-           "source_state", "verdict_line", "render_markdown", "main"]
+           "build_top", "source_state", "verdict_line", "render_markdown", "main"]
 
 SUPPORTED_WIDTHS = DATAPATH_WIDTHS
 DEFAULTS = {"width": 64, "qp_cache_entries": 16, "qp_cache_ways": 4}
+# the whole engine, or one of the blocks of Rnic.block_factories()
+BLOCKS = ("rnic", "regs", "cache", "engine", "reader", "builder", "gate", "axi")
 ENGINE_PARAMS = ("max_qps", "max_mtu", "window", "payload_queue", "desc_queue", "wqe_prefetch")
 
 
@@ -31,7 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m rnic.fpga",
                                      description="FPGA synthesis reports of the RNIC engine")
     sub = parser.add_subparsers(dest="command", required=True)
-    s = sub.add_parser("synth", help="synthesize the whole engine out of context and report size and Fmax",
+    s = sub.add_parser("synth", help="synthesize the whole engine (or one block) out of context; report size and Fmax",
                        description="Synthesize Rnic with every port registered; write a JSON report and a "
                                    "Markdown table. Exit 0 with a report (also when it does not fit), 1 on a "
                                    "tool failure, 2 on a usage error.")
@@ -49,6 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--seed", type=int, default=1, metavar="S", help="nextpnr placement seed (default 1)")
     s.add_argument("--router", choices=("router1", "router2"), help="nextpnr router (default: nextpnr's, router1)")
     s.add_argument("--speed", type=int, choices=(6, 7, 8), help="ECP5 speed grade (default: nextpnr's, 6)")
+    s.add_argument("--block", choices=BLOCKS, default="rnic",
+                   help="synthesize one block of the engine alone, built as the engine with these options "
+                        "builds it (default rnic: the whole engine)")
     s.add_argument("--name", default=None,
                    help="work folder stem: build/synth/<name>-<device>/ (default rnic, plus non-default options)")
     s.add_argument("--json", required=True, type=Path, metavar="PATH", help="write the JSON report here")
@@ -116,8 +122,8 @@ def engine_config(args: argparse.Namespace, engine=None) -> dict:
 
 
 def default_name(args: argparse.Namespace) -> str:
-    """``rnic`` plus a suffix for each option that differs from its default."""
-    name = "rnic"
+    """``rnic`` (or ``rnic.<block>``) plus a suffix for each option that differs from its default."""
+    name = "rnic" if getattr(args, "block", "rnic") == "rnic" else f"rnic.{args.block}"
     for value, default, tag in ((args.width, DEFAULTS["width"], "w"),
                                 (args.qp_cache, DEFAULTS["qp_cache_entries"], "qpc"),
                                 (args.qp_cache_ways, min(DEFAULTS["qp_cache_ways"], args.qp_cache), "ways"),
@@ -135,6 +141,13 @@ def build_engine(args: argparse.Namespace):
     kwargs = {k: getattr(args, k) for k in ("max_qps", "max_mtu", "window") if getattr(args, k) is not None}
     kwargs["width"] = args.width
     return Rnic(QpcCacheConfig(entries=args.qp_cache, ways=args.qp_cache_ways), **kwargs)
+
+
+def build_top(args: argparse.Namespace):
+    """``(engine, top)``: the ``Rnic`` of ``args`` and what to synthesize, it or its ``--block``."""
+    engine = build_engine(args)
+    block = getattr(args, "block", "rnic")
+    return engine, (engine if block == "rnic" else engine.block_factories()[block]())
 
 
 def source_state() -> dict:
@@ -248,9 +261,11 @@ def main(argv: list[str] | None = None, *, factory=None) -> int:
     source = source_state()
     t0 = time.monotonic()
     try:
-        engine = None if factory else build_engine(args)
+        engine, top = (None, None) if factory else build_top(args)
         config = engine_config(args, engine)
-        report = synthesize(factory or (lambda: engine), name, device=args.device, target_mhz=args.target_mhz,
+        if args.block != "rnic":
+            config["block"] = args.block
+        report = synthesize(factory or (lambda: top), name, device=args.device, target_mhz=args.target_mhz,
                             seed=args.seed, router=args.router, speed=args.speed)
     except Exception as err:
         print(f"error: synthesis of {name} for {args.device} failed: {err}", file=sys.stderr)

@@ -99,21 +99,36 @@ class Rnic(wiring.Component):
             "irq": Out(1),
         })
 
+    def block_factories(self):
+        """Constructors of the blocks as this engine builds them, by submodule name: ``regs``,
+        ``cache``, ``engine``, ``reader``, ``builder``, ``gate``, ``axi`` (``rnic.fpga synth --block``
+        synthesizes one alone)."""
+        W, mtu = self.width, PathMtu.of_bytes(self.max_mtu)
+        return {
+            "regs": lambda: RegisterBlock(caps=caps(self.max_qps), caps2=caps2(W, mtu)),
+            "cache": lambda: QpCache(self.cache_cfg),
+            "engine": lambda: DescriptorEngine(self.cache_cfg, max_qps=self.max_qps, window=self.window,
+                                               max_mtu=mtu, wqe_prefetch=self.wqe_prefetch, deep_below=8 * W,
+                                               wqe_width=W),
+            "reader": lambda: PayloadReader(max_payload=self.max_mtu, fifo_depth=self.payload_queue, data_width=W),
+            "builder": lambda: PacketBuilder(W),
+            # abort bits wait here from a packet's read result until its frame leaves: the window's
+            # uncommitted packets plus as many committed ones as the payload queue holds
+            "gate": lambda: FrameGate(self.window, depth=2 * self.window, width=W),
+            "axi": lambda: AxiInterconnect(len(_MASTERS), data_width=W),
+        }
+
     def elaborate(self, platform):
         m = Module()
-        W, mtu = self.width, PathMtu.of_bytes(self.max_mtu)
-        m.submodules.regs = regs = RegisterBlock(caps=caps(self.max_qps), caps2=caps2(W, mtu))
-        m.submodules.cache = cache = QpCache(self.cache_cfg)
-        m.submodules.engine = eng = DescriptorEngine(self.cache_cfg, max_qps=self.max_qps, window=self.window,
-                                                     max_mtu=mtu, wqe_prefetch=self.wqe_prefetch, deep_below=8 * W,
-                                                     wqe_width=W)
-        m.submodules.reader = rd = PayloadReader(max_payload=self.max_mtu, fifo_depth=self.payload_queue,
-                                                 data_width=W)
-        m.submodules.builder = pb = PacketBuilder(W)
-        # abort bits wait here from a packet's read result until its frame leaves: the window's
-        # uncommitted packets plus as many committed ones as the payload queue holds
-        m.submodules.gate = gate = FrameGate(self.window, depth=2 * self.window, width=W)
-        m.submodules.axi = ic = AxiInterconnect(len(_MASTERS), data_width=W)
+        W = self.width
+        new = self.block_factories()
+        m.submodules.regs = regs = new["regs"]()
+        m.submodules.cache = cache = new["cache"]()
+        m.submodules.engine = eng = new["engine"]()
+        m.submodules.reader = rd = new["reader"]()
+        m.submodules.builder = pb = new["builder"]()
+        m.submodules.gate = gate = new["gate"]()
+        m.submodules.axi = ic = new["axi"]()
 
         wiring.connect(m, wiring.flipped(self.s_axil), regs.s_axil)
         wiring.connect(m, ic.m_axi, wiring.flipped(self.m_axi))

@@ -84,6 +84,21 @@ def test_engine_options_reach_rnic():
     assert cli.default_name(args) == "rnic-w256-qpc64-qps64-mtu1024-win8"
 
 
+def test_block_option_builds_the_engines_block():
+    """``--block`` synthesizes one block as Rnic builds it; every name is one of Rnic's blocks."""
+    from rnic.hdl.engine import DescriptorEngine
+    from rnic.hdl.qp_cache import QpCache
+    args = cli.parse_args(_args("--block", "engine", "--width", "128"))
+    engine, top = cli.build_top(args)
+    assert isinstance(top, DescriptorEngine) and top.wqe_width == 128
+    assert cli.default_name(args) == "rnic.engine-w128"
+    assert set(cli.BLOCKS) - {"rnic"} == set(engine.block_factories())
+    engine, top = cli.build_top(cli.parse_args(_args("--block", "cache", "--qp-cache", "64")))
+    assert isinstance(top, QpCache) and top.cfg.entries == 64
+    engine, top = cli.build_top(cli.parse_args(_args()))
+    assert top is engine
+
+
 @pytest.mark.parametrize("extra, name, ways", [
     (["--qp-cache", "64"], "rnic-qpc64", 4),
     (["--qp-cache", "2"], "rnic-qpc2", 2),
@@ -105,6 +120,7 @@ def test_qp_cache_and_name(extra, name, ways):
     (["--max-qps", "100"], "--max-qps must be a power of two, not 100"),
     (["--target-mhz", "0"], "--target-mhz must be positive"),
     (["--device", "ice40-hx9k"], "invalid choice: 'ice40-hx9k'"),
+    (["--block", "crc"], "invalid choice: 'crc'"),
 ])
 def test_bad_arguments_exit_2_with_a_message(extra, message, capsys):
     with pytest.raises(SystemExit) as exc:
