@@ -27,6 +27,18 @@ __all__ = ["Rnic"]
 _MASTERS = ("qp_cache", "payload", "wqe", "completion")   # AXI ID bits [5:4] = index
 
 
+def _register_stage(m, src, dst, name):
+    """One register between two streams: ``dst``'s valid and payload come from flip-flops, ``src.ready``
+    is ``dst.ready`` or the register empty (a transfer per clock, one clock of latency)."""
+    full = Signal(name=f"{name}_full")
+    data = Signal(src.payload.shape(), name=f"{name}_data", reset_less=True)
+    m.d.comb += [src.ready.eq(~full | dst.ready), dst.valid.eq(full), dst.payload.eq(data)]
+    with m.If(src.valid & src.ready):
+        m.d.sync += [full.eq(1), data.eq(src.payload)]
+    with m.Elif(dst.ready):
+        m.d.sync += full.eq(0)
+
+
 class Rnic(wiring.Component):
     """The transmit engine.
 
@@ -168,7 +180,7 @@ class Rnic(wiring.Component):
         m.d.comb += [dq.w_en.eq(eng.desc.valid), dq.w_data.eq(eng.desc.payload), eng.desc.ready.eq(dq.w_rdy),
                      pb.desc.valid.eq(dq.r_rdy & (arrived != 0)), pb.desc.payload.eq(dq.r_data),
                      dq.r_en.eq(release)]
-        wiring.connect(m, eng.rd_cmd, rd.cmd)
+        _register_stage(m, eng.rd_cmd, rd.cmd, "rd_cmd")
         wiring.connect(m, rd.payload, pb.payload)
         wiring.connect(m, rd.status, gate.rd_status)
         wiring.connect(m, eng.group, gate.group)
