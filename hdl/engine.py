@@ -109,6 +109,10 @@ class DescriptorEngine(wiring.Component):
     qpc_req / qpc_resp : stream
         To / from :class:`rnic.hdl.qp_cache.QpCache`; one request outstanding at a time, except a
         commit's ADD_PSN and SET_SQ_CI back to back (two; the cache answers one QP in order).
+        ``qpc_resp.ready`` is always 1: every accepted request leads straight into a state that
+        takes its response in the clock it comes (the X-Resp states, Peek-Resp, Commit-PSN-Resp,
+        Retire-Next, Retire-Both), so a response never waits, and the cache's pipeline never
+        depends on the FSM's state.
     m_axi : Out(AXI4Signature)
         WQE reads (one 64-byte burst each, ID 0); read only.
     m_axi_cq : Out(AXI4Signature)
@@ -397,6 +401,7 @@ class DescriptorEngine(wiring.Component):
 
         # --- the control FSM ---------------------------------------------------------------------------
         req = self.qpc_req.payload
+        m.d.comb += self.qpc_resp.ready.eq(1)
 
         def goto(state):
             def f(ok):
@@ -411,7 +416,8 @@ class DescriptorEngine(wiring.Component):
             return ok
 
         def request(op_, arg, who=qpn):
-            """Drive a cache request in this clock (it transfers on ``qpc_req.ready``)."""
+            """Drive a cache request in this clock (it transfers on ``qpc_req.ready``). The FSM must
+            go from here to a state that takes the response as it comes (``qpc_resp.ready`` is 1)."""
             m.d.comb += [self.qpc_req.valid.eq(1), req.op.eq(op_), req.qpn.eq(who), req.arg.eq(arg)]
 
         def cache(name, op_, arg, on_resp):
@@ -421,7 +427,6 @@ class DescriptorEngine(wiring.Component):
                 with m.If(self.qpc_req.ready):
                     m.next = f"{name}-Resp"
             with m.State(f"{name}-Resp"):
-                m.d.comb += self.qpc_resp.ready.eq(1)
                 with m.If(self.qpc_resp.valid):
                     on_resp(take_resp())
 
@@ -671,7 +676,7 @@ class DescriptorEngine(wiring.Component):
                     m.next = "Peek-Resp"
             with m.State("Peek-Resp"):
                 rec = data.View(cached_layout, self.qpc_resp.payload.record)
-                m.d.comb += [fetching.eq(1), self.qpc_resp.ready.eq(1),
+                m.d.comb += [fetching.eq(1),
                              la_addr.eq(ring_addr(rec.sq_ci, rec))]
                 with m.If(self.qpc_resp.valid):
                     with m.If((self.qpc_resp.payload.status == Status.OK) & (rec.sq_ci != rec.sq_pi) &
@@ -733,7 +738,6 @@ class DescriptorEngine(wiring.Component):
                 with m.If(self.qpc_req.ready):
                     psn_sent(commit_last & ~do_cqe)
             with m.State("Commit-PSN-Resp"):
-                m.d.comb += self.qpc_resp.ready.eq(1)
                 with m.If(self.qpc_resp.valid):
                     take_resp()
                     with m.If(commit_last):
@@ -742,14 +746,12 @@ class DescriptorEngine(wiring.Component):
                         m.next = "Send-Loop"
             with m.State("Retire-Next"):
                 request(Op.SET_SQ_CI, ctx.sq_ci + 1)
-                m.d.comb += self.qpc_resp.ready.eq(1)
                 with m.If(self.qpc_resp.valid):
                     m.d.sync += resp_owed.eq(0)
                     take_resp()
                 with m.If(self.qpc_req.ready):
                     m.next = "Retire-Both"
             with m.State("Retire-Both"):
-                m.d.comb += self.qpc_resp.ready.eq(1)
                 with m.If(self.qpc_resp.valid):
                     ok = take_resp()
                     with m.If(resp_owed):
