@@ -347,10 +347,8 @@ class DescriptorEngine(wiring.Component):
         kpf = self.wqe_prefetch
         next_ci = Signal(16, init=1)   # issue_ci + 1, a register beside it
 
-        fetch_addr = Signal(64)        # ring_addr(issue_ci), a register beside it (ctx's ring is fixed in a turn)
-
         def set_issue_ci(ci):
-            m.d.sync += [issue_ci.eq(ci), next_ci.eq(ci + 1), fetch_addr.eq(ring_addr(ci))]
+            m.d.sync += [issue_ci.eq(ci), next_ci.eq(ci + 1)]
         pf_n = Signal(range(kpf + 1))
         pf_ci = Signal(16)
         pf_valid = Signal()
@@ -379,7 +377,7 @@ class DescriptorEngine(wiring.Component):
         with m.If(next_take & next_valid):
             m.d.sync += [next_valid.eq(0), next_err.eq(0)]
         m.d.comb += [axi.arsize.eq(exact_log2(ww // 8)), axi.arburst.eq(1), axi.arlen.eq(nb - 1), axi.bready.eq(1),
-                     axi.arvalid.eq(pf_valid | fetch_ar), axi.araddr.eq(Mux(pf_valid, pf_addr, fetch_addr)),
+                     axi.arvalid.eq(pf_valid | fetch_ar), axi.araddr.eq(Mux(pf_valid, pf_addr, ring_addr(issue_ci))),
                      axi.rready.eq(wqe_beats.w_rdy), wqe_beats.w_en.eq(axi.rvalid),
                      wqe_beats.w_data.eq(Cat(axi.rdata, axi.rresp[1], axi.rlast))]
         with m.If(pf_valid & axi.arready):
