@@ -123,7 +123,7 @@ def engine_config(args: argparse.Namespace, engine=None) -> dict:
 
 def default_name(args: argparse.Namespace) -> str:
     """``rnic`` (or ``rnic.<block>``) plus a suffix for each option that differs from its default."""
-    name = "rnic" if getattr(args, "block", "rnic") == "rnic" else f"rnic.{args.block}"
+    name = "rnic" if args.block == "rnic" else f"rnic.{args.block}"
     for value, default, tag in ((args.width, DEFAULTS["width"], "w"),
                                 (args.qp_cache, DEFAULTS["qp_cache_entries"], "qpc"),
                                 (args.qp_cache_ways, min(DEFAULTS["qp_cache_ways"], args.qp_cache), "ways"),
@@ -146,11 +146,10 @@ def build_engine(args: argparse.Namespace):
 def build_top(args: argparse.Namespace):
     """``(engine, top)``: the ``Rnic`` of ``args`` and what to synthesize, it or its ``--block``."""
     engine = build_engine(args)
-    block = getattr(args, "block", "rnic")
-    if block == "rnic":
+    if args.block == "rnic":
         return engine, engine
     engine._MustUse__silence = True     # only its configuration is used: no UnusedElaboratable warning
-    return engine, engine.block_factories()[block]()
+    return engine, engine.block_factories()[args.block]()
 
 
 def source_state() -> dict:

@@ -288,7 +288,7 @@ class QpCache(wiring.Component):
             for w in range(W):
                 with m.If(vec[w]):
                     m.d.comb += way.eq(w)
-            return vec.any(), way, entry(set_, way)
+            return vec.any(), entry(set_, way)
 
         # The entry being written back: the MSHR's victim while a miss is outstanding, else the
         # control FSM's entry (control runs only with the MSHR idle). Its tag and mutable bytes.
@@ -297,7 +297,7 @@ class QpCache(wiring.Component):
         wb_tag = Array(lane(tag_rp[2], w) for w in range(W))[wb_idx[:way_bits] if way_bits else 0]
 
         # ===== s0: compare the incoming request, so that s1 addresses the memory from a register
-        s0_hit, _, s0_idx = compare(self.req.payload.qpn, "s0_hit", tag_rp[0])
+        s0_hit, s0_idx = compare(self.req.payload.qpn, "s0_hit", tag_rp[0])
         # ===== s1: decides from a compare registered in the clock before (s1_hit_r, s1_idx_r,
         # s1_bad_r): s0's if s1 took its request then, else the s1 compare of s1's own QPN (or,
         # with s1 empty, the control port's), unless a tag or valid bit it depends on has changed.
@@ -311,7 +311,7 @@ class QpCache(wiring.Component):
         m.d.sync += [valid_d.eq(Cat(*valid)), tag_wr_d.eq(tag_wp.en.any())]
 
         cmp_qpn = Mux(s1_valid, s1_req.qpn, self.ctrl.payload.qpn)
-        hit, _, hit_idx = compare(cmp_qpn, "s1_hit", tag_rp[1])
+        hit, hit_idx = compare(cmp_qpn, "s1_hit", tag_rp[1])
         m.d.sync += [
             a_hit.eq(s0_hit), a_idx.eq(s0_idx), a_bad.eq(self.req.payload.qpn >= self.table_size),
             b_hit.eq(hit), b_idx.eq(hit_idx), b_bad.eq(cmp_qpn >= self.table_size),
@@ -532,7 +532,7 @@ class QpCache(wiring.Component):
                     m.next = "Drain"
             with m.State("Drain"):
                 m.d.comb += ctrl_block.eq(1)
-                with m.If(drained & s1_r_ctrl & ~took & fresh):
+                with m.If(drained & s1_r_ctrl & fresh):
                     with m.If((c_op != CtrlOp.FLUSH) & s1_bad_r):
                         m.d.sync += c_status.eq(Status.BAD_QPN)
                         m.next = "Ack"
