@@ -98,7 +98,8 @@ def build_board(board: str, out: Path, *, seed: int = 1, router: str | None = No
     top = BoardTop(**selftest_kwargs)
     try:
         # prepare + execute, not build(): build() also demands the board's programmer (openFPGALoader)
-        plan = platform.prepare(top, name="selftest", synth_opts="-abc9",
+        # chformal -remove: the design's Asserts are for simulation
+        plan = platform.prepare(top, name="selftest", synth_opts="-abc9", script_after_read="chformal -remove",
                                 nextpnr_opts=f"--seed {seed} --report report.json"
                                              + (f" --router {router}" if router else ""))
         plan.execute_local(str(out))

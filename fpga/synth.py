@@ -234,7 +234,7 @@ def synthesize(component_factory, name: str, *, device: str = "ecp5-25f", target
     synth = "synth_ecp5 -top top -abc9" if dev.family == "ecp5" else \
         "synth_ice40 -top top -abc9" + (" -dsp" if dev.dsp else "")
     _run([yosys, "-q", "-l", "yosys.log", "-p",
-          f"read_rtlil top.il; {synth} -json top.json; tee -q -o stat.json stat -json"],
+          f"read_rtlil top.il; chformal -remove; {synth} -json top.json; tee -q -o stat.json stat -json"],
          workdir, workdir / "yosys.out")
     t2 = time.monotonic()
     cells = _read_cells(workdir / "stat.json")

@@ -32,6 +32,7 @@ from amaranth.lib.wiring import In, Out
 
 from rnic.model.crc import CrcSpec
 from rnic.hdl.bus import AXIStreamSignature, PacketStream, axis_to_stream
+from rnic.hdl.fifo import check_credit
 
 __all__ = ["CrcStream", "CrcStreamAxis", "xor_tree"]
 
@@ -345,6 +346,7 @@ class CrcStream(wiring.Component):
             self.o.payload.eq(queue.r_data),
             queue.r_en.eq(self.o.ready),
         ]
+        check_credit(m, queue, "CRC: results (owed)")
         return m
 
 

@@ -24,7 +24,7 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
 from .bus import AXI4Signature, PacketStream
-from .fifo import BlockFIFO
+from .fifo import BlockFIFO, check_credit
 
 __all__ = ["BW_WINDOW", "payload_cmd_layout", "payload_status_layout", "AxiInterconnect", "PayloadReader"]
 
@@ -513,4 +513,7 @@ class PayloadReader(wiring.Component):
         with m.Elif(out.ready):
             m.d.sync += out.valid.eq(0)
         m.d.comb += [pinfo.r_en.eq(go & is_last), inl.r_en.eq(go & is_last & hd.inline)]
+        for fifo, what in ((rdata, "read data (bursts in flight)"), (done, "finished commands"),
+                           (stat, "statuses (commands owed)")):
+            check_credit(m, fifo, f"payload reader: {what}")
         return m

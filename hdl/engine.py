@@ -32,6 +32,7 @@ ready-list entry; its WQE is read again at the next turn.
 """
 
 from amaranth import Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Assert
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.memory import Memory
@@ -46,7 +47,7 @@ from ..model.wqe import INLINE_MAX_RC, INLINE_MAX_UD, MAX_MESSAGE, WQE_FIELDS, C
 from .bus import AXI4Signature, PacketStream
 from .completion import CqeWriter, CqOp, cq_cmd_layout, err_layout
 from .descriptor import DescriptorLayout
-from .fifo import BlockFIFO
+from .fifo import BlockFIFO, check_credit
 from .qp_cache import Op, QpState, Status, cached_layout, request_layout, response_layout
 
 __all__ = ["wqe_layout", "inc_layout", "doorbell_layout", "cq_doorbell_layout", "rd_cmd_layout",
@@ -112,7 +113,7 @@ class DescriptorEngine(wiring.Component):
         ``qpc_resp.ready`` is always 1: every accepted request leads straight into a state that
         takes its response in the clock it comes (the X-Resp states, Peek-Resp, Commit-PSN-Resp,
         Retire-Next, Retire-Both), so a response never waits, and the cache's pipeline never
-        depends on the FSM's state.
+        depends on the FSM's state. An ``Assert`` checks it in simulation.
     m_axi : Out(AXI4Signature)
         WQE reads (one 64-byte burst each, ID 0); read only.
     m_axi_cq : Out(AXI4Signature)
@@ -420,8 +421,12 @@ class DescriptorEngine(wiring.Component):
             go from here to a state that takes the response as it comes (``qpc_resp.ready`` is 1)."""
             m.d.comb += [self.qpc_req.valid.eq(1), req.op.eq(op_), req.qpn.eq(who), req.arg.eq(arg)]
 
+        # the states that take a cache response as it comes (checked below)
+        resp_states = ["Peek-Resp", "Commit-PSN-Resp", "Retire-Next", "Retire-Both"]
+
         def cache(name, op_, arg, on_resp):
             """States ``name`` (request) and ``name``-Resp; ``on_resp(ok)`` runs with the response."""
+            resp_states.append(f"{name}-Resp")
             with m.State(name):
                 request(op_, arg)
                 with m.If(self.qpc_req.ready):
@@ -803,6 +808,14 @@ class DescriptorEngine(wiring.Component):
                     m.d.sync += offset.eq(0)
                 with m.If(pf_n <= la_valid):
                     m.next = "Idle"
+
+        # qpc_resp.ready is 1 (see request()): a response outside these states would be lost. An
+        # assertion in simulation (Verilator --assert); synthesis removes it.
+        m.d.sync += Assert(~self.qpc_resp.valid | Cat(*(fsm.ongoing(s) for s in resp_states)).any(),
+                           "engine: QP cache response in a state that does not take it\n")
+
+        check_credit(m, rdy, "engine: ready list (one entry per QP at most)")
+        check_credit(m, info, "engine: in-flight packets (the window)", read=True)
 
         # rdy.empty, not r_rdy: an entry written in Turn-End reaches r_rdy clocks later
         m.d.comb += self.idle.eq(fsm.ongoing("Idle") & rdy.empty & ~self.doorbell.valid &

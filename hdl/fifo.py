@@ -15,10 +15,22 @@ entry, a read a full one).
 """
 
 from amaranth import Module, Mux, Signal
+from amaranth.hdl import Assert
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.memory import Memory
 
-__all__ = ["BlockFIFO"]
+__all__ = ["BlockFIFO", "check_credit"]
+
+
+def check_credit(m, fifo, what, *, write=True, read=False):
+    """Simulation checks of a queue written (``write``) or read (``read``) on a credit the design
+    keeps, not on ``w_rdy`` / ``r_rdy``: a write while full or a read while empty would lose or
+    invent an entry. Amaranth ``Assert``s: Verilator (``--assert``) stops the simulation with
+    ``what`` in the message; synthesis removes them (``chformal -remove``)."""
+    if write:
+        m.d.sync += Assert(~fifo.w_en | fifo.w_rdy, f"{what}: write to a full queue\n")
+    if read:
+        m.d.sync += Assert(~fifo.r_en | fifo.r_rdy, f"{what}: read from an empty queue\n")
 
 
 class BlockFIFO(SyncFIFOBuffered):

@@ -41,6 +41,7 @@ from rnic.model import headers as hd
 from rnic.model.opcodes import OPCODE_INFO
 from rnic.hdl.bus import AXIStreamSignature, PacketStream, axis_to_stream, stream_to_axis
 from rnic.hdl.crc import CrcStream, xor_tree
+from rnic.hdl.fifo import check_credit
 from rnic.hdl.descriptor import DESC_WIDTH, DescriptorLayout, ErrorFlags
 
 __all__ = ["PacketBuilder", "PacketBuilderAxis", "HEADER_MAX", "DESC_AXIS_WIDTH"]
@@ -962,6 +963,7 @@ class PacketBuilder(wiring.Component):
             fifo.r_en.eq(self.frame.ready),
             pop.eq(fifo.r_rdy & self.frame.ready),
         ]
+        check_credit(m, fifo, "packet builder: output beats (g_room)")
         return m
 
 

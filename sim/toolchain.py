@@ -93,16 +93,17 @@ def build(component_factory, toplevel: str, key: str, *, waves: bool = False, op
     build_dir = build_dir_for(key, waves, opt)
     build_dir.mkdir(parents=True, exist_ok=True)
     src = to_verilog(component_factory(), toplevel)
-    digest = hashlib.sha256(src.encode()).hexdigest()
+    # --assert: the designs' Amaranth Asserts (invariants) stop the simulation when they fail
+    build_args = ["-Wno-fatal", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC", "-O3", "--assert"]
+    if waves:
+        build_args += ["--trace-fst", "--trace-structs"]
+    digest = hashlib.sha256((src + repr(build_args)).encode()).hexdigest()
     stamp = build_dir / "source.sha256"
     vfile = build_dir / f"{toplevel}.v"
     binary = build_dir / toplevel
     if stamp.exists() and stamp.read_text() == digest and binary.exists():
         return Build(build_dir, toplevel, waves)
     vfile.write_text(src)
-    build_args = ["-Wno-fatal", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC", "-O3"]
-    if waves:
-        build_args += ["--trace-fst", "--trace-structs"]
     runner = get_runner("verilator")
     flags = os.environ["MAKEFLAGS"]
     if opt is not None:
