@@ -28,15 +28,21 @@ _MASTERS = ("qp_cache", "payload", "wqe", "completion")   # AXI ID bits [5:4] = 
 
 
 def _register_stage(m, src, dst, name):
-    """One register between two streams: ``dst``'s valid and payload come from flip-flops, ``src.ready``
-    is ``dst.ready`` or the register empty (a transfer per clock, one clock of latency)."""
+    """A two-entry skid buffer between two streams: ``dst``'s valid and payload and ``src.ready`` all
+    come from flip-flops, so no combinational path crosses it either way (a transfer per clock,
+    one clock of latency). The second entry takes the beat that ``src`` sent while ``dst`` stalled."""
     full = Signal(name=f"{name}_full")
     data = Signal(src.payload.shape(), name=f"{name}_data", reset_less=True)
-    m.d.comb += [src.ready.eq(~full | dst.ready), dst.valid.eq(full), dst.payload.eq(data)]
-    with m.If(src.valid & src.ready):
-        m.d.sync += [full.eq(1), data.eq(src.payload)]
-    with m.Elif(dst.ready):
-        m.d.sync += full.eq(0)
+    skid = Signal(name=f"{name}_skid")
+    skid_data = Signal(src.payload.shape(), name=f"{name}_skid_data", reset_less=True)
+    m.d.comb += [src.ready.eq(~skid), dst.valid.eq(full), dst.payload.eq(data)]
+    with m.If(~full | dst.ready):
+        with m.If(skid):
+            m.d.sync += [data.eq(skid_data), skid.eq(0)]
+        with m.Else():
+            m.d.sync += [full.eq(src.valid), data.eq(src.payload)]
+    with m.Elif(src.valid & ~skid):
+        m.d.sync += [skid.eq(1), skid_data.eq(src.payload)]
 
 
 class Rnic(wiring.Component):
