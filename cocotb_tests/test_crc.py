@@ -3,7 +3,8 @@
 Every result is compared with ``spec.compute`` of the packet's bytes (the golden model). Stimulus:
 random packets of 0..600 bytes plus a few up to 4096, every length residue modulo the lane count,
 random leading offsets on the first beat, random garbage in null lanes, some packets ending in a
-``keep == 0`` beat, random valid/ready on both sides. Directed tests check the ``123456789``
+``keep == 0`` beat, random valid/ready on both sides (input side only for a build without the
+result queue, whose sink must always be ready). Directed tests check the ``123456789``
 catalogue value at every offset, the documented latency and full throughput.
 
 The pytest functions at the bottom build each configuration once (cached) and run the cocotb tests;
@@ -28,6 +29,9 @@ from rnic.model.crc import ICRC, VCRC
 from rnic.sim import toolchain
 
 SPECS = {"ICRC": ICRC, "VCRC": VCRC}
+# CrcStream(queue=...) of this build: without the queue the sink must take every result at once,
+# so those builds run without backpressure.
+QUEUE = os.environ.get("RNIC_CRC_QUEUE", "1") == "1"
 
 
 def random_pause(rng, probability):
@@ -44,9 +48,9 @@ class TB:
         self.spec = SPECS[os.environ["RNIC_CRC_SPEC"]]
         self.width = len(dut.s_axis__tdata)
         self.lanes = self.width // 8
-        self.latency = CrcStream(self.spec, self.width).latency
+        self.latency = CrcStream(self.spec, self.width, queue=QUEUE).latency
         self.rng = random.Random(cocotb.RANDOM_SEED)
-        self.log.info("%s, width %d, seed %d", self.spec.name, self.width, cocotb.RANDOM_SEED)
+        self.log.info("%s, width %d, queue %s, seed %d", self.spec.name, self.width, QUEUE, cocotb.RANDOM_SEED)
 
         Clock(dut.clk, 4, unit="ns").start()
         self.source = AxiStreamSource(AxiStreamBus.from_prefix(dut, "s_axis", bus_separator="__"),
@@ -198,7 +202,20 @@ async def run_throughput(dut):
     assert latencies == {tb.latency}, f"latencies {sorted(latencies)}, documented {tb.latency}"
 
 
-@cocotb.test()
+@cocotb.test(skip=QUEUE)
+@cocotb.parametrize(idle=[0.0, 0.3, 0.7])
+async def run_random_no_queue(dut, idle):
+    """Without the queue: random packets under random input valid, a sink that is always ready;
+    the input is never refused."""
+    tb = TB(dut)
+    await tb.reset()
+    if idle:
+        tb.set_idle_generator(random_pause(random.Random(tb.rng.random()), idle))
+    await tb.check_packets(random_packets(tb, 60))
+    assert tb.stalls == 0, f"input refused for {tb.stalls} cycles"
+
+
+@cocotb.test(skip=not QUEUE)
 @cocotb.parametrize(idle=[0.0, 0.3, 0.7], backpressure=[0.0, 0.5, 0.9])
 async def run_random(dut, idle, backpressure):
     """Random packets under random valid/ready on both sides."""
@@ -234,23 +251,25 @@ async def run_reset_midpacket(dut):
 
 
 CONFIGS = [
-    ("ICRC", 64),
-    ("ICRC", 512),
-    ("VCRC", 64),
-    pytest.param("ICRC", 128, marks=pytest.mark.slow),
-    pytest.param("ICRC", 256, marks=pytest.mark.slow),
-    pytest.param("VCRC", 512, marks=pytest.mark.slow),
-    pytest.param("ICRC", 8, marks=pytest.mark.slow),
-    pytest.param("VCRC", 24, marks=pytest.mark.slow),
+    ("ICRC", 64, True),
+    ("ICRC", 512, True),
+    ("VCRC", 64, True),
+    ("ICRC", 64, False),
+    pytest.param("ICRC", 128, True, marks=pytest.mark.slow),
+    pytest.param("ICRC", 256, True, marks=pytest.mark.slow),
+    pytest.param("VCRC", 512, True, marks=pytest.mark.slow),
+    pytest.param("VCRC", 512, False, marks=pytest.mark.slow),
+    pytest.param("ICRC", 8, True, marks=pytest.mark.slow),
+    pytest.param("VCRC", 24, True, marks=pytest.mark.slow),
 ]
 
 
-@pytest.mark.parametrize("spec_name,width", CONFIGS)
-def test_crc_stream(spec_name, width):
+@pytest.mark.parametrize("spec_name,width,queue", CONFIGS)
+def test_crc_stream(spec_name, width, queue):
     seed = toolchain.seed_from_env()
-    print(f"test_crc_stream[{spec_name}-{width}] seed={seed} (rerun with RNIC_SEED={seed})")
+    print(f"test_crc_stream[{spec_name}-{width}-{queue}] seed={seed} (rerun with RNIC_SEED={seed})")
     spec = SPECS[spec_name]
-    build = toolchain.build(lambda: CrcStreamAxis(spec, width), "crc_stream_axis",
-                            f"crc-{spec_name.lower()}-w{width}")
+    build = toolchain.build(lambda: CrcStreamAxis(spec, width, queue=queue), "crc_stream_axis",
+                            f"crc-{spec_name.lower()}-w{width}" + ("" if queue else "-noqueue"))
     toolchain.run(build, "test_crc", seed=seed, test_dir=Path(__file__).parent,
-                  extra_env={"RNIC_CRC_SPEC": spec_name})
+                  extra_env={"RNIC_CRC_SPEC": spec_name, "RNIC_CRC_QUEUE": str(int(queue))})

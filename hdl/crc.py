@@ -26,6 +26,7 @@ spec's own bit-serial :meth:`~rnic.model.crc.CrcSpec.update`:
 from __future__ import annotations
 
 from amaranth import Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Assert
 from amaranth.lib import stream, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
@@ -134,18 +135,25 @@ class CrcStream(wiring.Component):
         Transfer on ``valid & ready``; ``valid`` never waits for ``ready`` and the payload holds
         until the transfer.
 
+    queue : bool
+        With the default ``True``, results wait in an output queue for ``o.ready``. With ``False``
+        there is no queue: ``o.valid`` is high for one clock per result and the consumer must take
+        it then (``o.ready`` high; an ``Assert`` checks it in simulation), ``i.ready`` is always 1,
+        and the latency is one clock shorter. For a consumer that is always ready (the packet
+        builder), it saves the queue and its level logic.
+
     Attributes
     ----------
     latency : int
         Cycles from the transfer of a packet's last beat to ``o.valid`` for its result, when no
         earlier result is waiting in the output queue: 8 at width 64, 10 at 128, 11 at 256,
-        12 at 512 (``4 + bit_length(width // 8) + (width > 64)``).
+        12 at 512 (``4 + bit_length(width // 8) + (width > 64)``); one less without the queue.
     fifo_depth : int
         Results the block can hold; full throughput needs ``o`` to drain on average one result
-        per packet.
+        per packet. 0 without the queue.
     """
 
-    def __init__(self, spec, width):
+    def __init__(self, spec, width, *, queue=True):
         if not isinstance(spec, CrcSpec):
             raise TypeError(f"spec must be a CrcSpec, not {spec!r}")
         if spec.width < 8:
@@ -162,11 +170,12 @@ class CrcStream(wiring.Component):
         self._chunks = -(-lanes // _CHUNK_LANES)
         # Input register, partial sums, loop/result register, one register per digit stage,
         # queue read one cycle after its write.
-        self._latency = 4 + self._digits + (self._chunks > 1)
+        self._queue = bool(queue)
+        self._latency = 3 + self._digits + (self._chunks > 1) + self._queue
         depth = 1
         while depth < self._latency + 1:
             depth *= 2
-        self._fifo_depth = depth
+        self._fifo_depth = depth if self._queue else 0
         self._derive_matrices()
         super().__init__({
             "i": In(PacketStream(width)),
@@ -229,18 +238,20 @@ class CrcStream(wiring.Component):
         m = Module()
         n, w = self._lanes, self._spec.width
 
-        m.submodules.queue = queue = SyncFIFO(width=w, depth=self._fifo_depth)
-
-        # Credit: results owed to `o` (accepted last beats not yet transferred out). Never more
-        # than the queue holds, so the pipeline after the input register never stalls.
-        owed = Signal(range(self._fifo_depth + 1))
         i_xfer = self.i.valid & self.i.ready
-        o_xfer = self.o.valid & self.o.ready
-        m.d.comb += self.i.ready.eq(owed != self._fifo_depth)
-        with m.If(i_xfer & self.i.payload.last & ~o_xfer):
-            m.d.sync += owed.eq(owed + 1)
-        with m.Elif(~(i_xfer & self.i.payload.last) & o_xfer):
-            m.d.sync += owed.eq(owed - 1)
+        if self._queue:
+            m.submodules.queue = queue = SyncFIFO(width=w, depth=self._fifo_depth)
+            # Credit: results owed to `o` (accepted last beats not yet transferred out). Never more
+            # than the queue holds, so the pipeline after the input register never stalls.
+            owed = Signal(range(self._fifo_depth + 1))
+            o_xfer = self.o.valid & self.o.ready
+            m.d.comb += self.i.ready.eq(owed != self._fifo_depth)
+            with m.If(i_xfer & self.i.payload.last & ~o_xfer):
+                m.d.sync += owed.eq(owed + 1)
+            with m.Elif(~(i_xfer & self.i.payload.last) & o_xfer):
+                m.d.sync += owed.eq(owed - 1)
+        else:
+            m.d.comb += self.i.ready.eq(1)
 
         first = Signal(init=1)
         with m.If(i_xfer):
@@ -339,14 +350,18 @@ class CrcStream(wiring.Component):
             m.d.sync += [nxt_valid.eq(t_valid), nxt_value.eq(value), nxt_z.eq(t_z)]
             t_valid, t_value, t_z = nxt_valid, nxt_value, nxt_z
 
-        m.d.comb += [
-            queue.w_en.eq(t_valid),
-            queue.w_data.eq(t_value),
-            self.o.valid.eq(queue.r_rdy),
-            self.o.payload.eq(queue.r_data),
-            queue.r_en.eq(self.o.ready),
-        ]
-        check_credit(m, queue, "CRC: results (owed)")
+        if self._queue:
+            m.d.comb += [
+                queue.w_en.eq(t_valid),
+                queue.w_data.eq(t_value),
+                self.o.valid.eq(queue.r_rdy),
+                self.o.payload.eq(queue.r_data),
+                queue.r_en.eq(self.o.ready),
+            ]
+            check_credit(m, queue, "CRC: results (owed)")
+        else:
+            m.d.comb += [self.o.valid.eq(t_valid), self.o.payload.eq(t_value)]
+            m.d.sync += Assert(~self.o.valid | self.o.ready, "CRC (no queue): a result not taken\n")
         return m
 
 
@@ -370,8 +385,8 @@ class CrcStreamAxis(wiring.Component):
         handshake (transfer on ``tvalid & tready``, ``tvalid`` never waits for ``tready``).
     """
 
-    def __init__(self, spec, width):
-        self._crc = CrcStream(spec, width)  # validates the parameters
+    def __init__(self, spec, width, *, queue=True):
+        self._crc = CrcStream(spec, width, queue=queue)  # validates the parameters
         self._out_width = -(-spec.width // 8) * 8
         super().__init__({
             "s_axis": In(AXIStreamSignature(width)),

@@ -222,21 +222,37 @@ def _ext_header(cls, d):
     raise AssertionError(cls)
 
 
-def _oc_add(m, a, b, name):
-    """16-bit ones'-complement sum of ``a`` and ``b`` (end-around carry), combinational: ``a + b``
-    and ``a + b + 1`` on two carry chains side by side, the second taken when the first carries
-    out. The result is 0 only if both operands are, as with the usual fold."""
+def _oc_parts(m, a, b, name):
+    """The two halves of a 16-bit ones'-complement add of ``a`` and ``b``: ``a + b`` (17 bits) and
+    ``a + b + 1`` (16 bits), on two carry chains side by side; :func:`_oc_pick` chooses between
+    them, in the same clock or (registered in between) the next."""
     plain = Signal(17, name=f"{name}_c0")
     plus1 = Signal(18, name=f"{name}_c1")
     m.d.comb += [plain.eq(a + b), plus1.eq(Cat(Const(1, 1), a) + Cat(Const(1, 1), b))]
-    return Mux(plain[16], plus1[1:17], plain[:16])
+    return plain, plus1[1:17]
+
+
+def _oc_pick(plain, plus1):
+    """The end-around carry: ``a + b + 1`` when ``a + b`` carries out. The result is 0 only if both
+    operands are, as with the usual fold."""
+    return Mux(plain[16], plus1, plain[:16])
+
+
+def _oc_add(m, a, b, name):
+    """16-bit ones'-complement sum of ``a`` and ``b`` (end-around carry), combinational."""
+    return _oc_pick(*_oc_parts(m, a, b, name))
+
+
+def _oc_sum3_parts(m, a, b, c, name):
+    """:func:`_oc_parts` of a three-term ones'-complement sum: one carry-save layer first (the
+    carry vector rotated left, as 2**16 is 1 modulo 2**16 - 1)."""
+    carry = (a & b) | (a & c) | (b & c)
+    return _oc_parts(m, a ^ b ^ c, Cat(carry[15], carry[:15]), name)
 
 
 def _oc_sum3(m, a, b, c, name):
-    """16-bit ones'-complement sum of three terms: one carry-save layer (the carry vector rotated
-    left, as 2**16 is 1 modulo 2**16 - 1), then :func:`_oc_add`."""
-    carry = (a & b) | (a & c) | (b & c)
-    return _oc_add(m, a ^ b ^ c, Cat(carry[15], carry[:15]), name)
+    """16-bit ones'-complement sum of three terms, combinational."""
+    return _oc_pick(*_oc_sum3_parts(m, a, b, c, name))
 
 
 def _or_all(values):
@@ -312,8 +328,8 @@ class PacketBuilder(wiring.Component):
         if width not in (64, 128, 256, 512):
             raise ValueError(f"width must be one of 64, 128, 256, 512, not {width!r}")
         self._width = width
-        self._icrc = CrcStream(ICRC, width)
-        self._vcrc = CrcStream(VCRC, width)
+        self._icrc = CrcStream(ICRC, width, queue=False)    # the builder takes each result as it comes
+        self._vcrc = CrcStream(VCRC, width, queue=False)
         self._crc_latency = self._icrc.latency
         self._delay = self._crc_latency + 2
         # Output FIFO capacity, in beats: the generator's credits (beats pushed, not yet popped),
@@ -495,7 +511,7 @@ class PacketBuilder(wiring.Component):
 
         # ---- s4: IPv4 sum with total length, frame parameters
         params = data.StructLayout({
-            "nh": _LEN_BITS, "h": max(lb, 1), "np": _LEN_BITS, "npm1": _LEN_BITS, "plast_mask": B,
+            "nh": _LEN_BITS, "h": max(lb, 1), "np": _LEN_BITS, "plast_mask": B,
             "plast_sh": 2 * B, "ones_sh": 2 * B,
             "nbm1": _LEN_BITS, "last_keep": B, "tail_off": max(lb, 1),
             "cs_mask": B, "crc_last_mask": B,
@@ -504,10 +520,27 @@ class PacketBuilder(wiring.Component):
             # (0 or 1) beats before the frame's last.
             "cs1": 1, "dc": 1, "dt": 1,
         })
+        # The frame's first-beat flags, which the generator's flags take when it loads the frame:
+        # compares of s3's lengths, registered in s4, then kept apart from the rest of the frame
+        # in a register of their own that always holds the head of the frame queue (see k).
+        first_flags = {
+            "bad_mode": 1, "too_long": 1,
+            "drop": 1,               # bad, with a payload packet to drop
+            "first_hdr": 1,          # beat 0 is a header-only beat
+            "first_pl": 1,           # beat 0 takes payload beat 0
+            "first_last": 1,         # the frame is one beat
+            "first_final": 1,        # payload beat 0 is the payload's last
+            "np_ge1": 1, "np_ge2": 1, "np_eq1": 1, "np_eq2": 1,  # payload beat count compares
+            "nbm1_eq1": 1,           # two beats
+            "nh_ge2": 1,             # two header-only beats or more
+        }
+        first_info = data.StructLayout({
+            **first_flags,
+            "pmask": B,              # payload lanes beat 0 keeps
+            "pmask_sh": 2 * B,       # the same, shifted by the header length mod B
+        })
+        s4_fl = Signal(data.StructLayout(first_flags))
         s4_d = Signal(DescriptorLayout, reset_less=True)
-        s4_bad_mode = Signal()
-        s4_too_long = Signal()
-        s4_pdecl_nz = Signal()
         s4_pad = Signal(2)
         s4_ext = Signal(8 * _EXT_MAX, reset_less=True)
         s4_tl = Signal(_LEN_BITS)
@@ -515,22 +548,22 @@ class PacketBuilder(wiring.Component):
         s4_lrhw = [Signal(11, name=f"s4_lrhw{g}") for g in range(2)]  # LRH PktLen: local, global
         s4_ip4 = Signal(16)
         s4_tmpl = Signal(range(nt))
-        s4_sum = Signal(16)
+        s4_sum_c0 = Signal(17)       # the last ones'-complement add's two halves, picked in s5
+        s4_sum_c1 = Signal(16)
         s4_p = Signal(params)
 
-        sum_total = _oc_sum3(m, s3_sums[0], s3_sums[1], s3_ip4, "s4_sum")
+        sum_c0, sum_c1 = _oc_sum3_parts(m, s3_sums[0], s3_sums[1], s3_ip4, "s4_sum")
         with m.If(s4_en):
             m.d.sync += [
                 s4_d.eq(s3_d),
-                s4_bad_mode.eq(s3_bad_mode), s4_too_long.eq(s3_too_long), s4_pdecl_nz.eq(s3_pdecl_nz),
                 s4_pad.eq(s3_pad), s4_ext.eq(s3_ext), s4_tl.eq(s3_tl),
                 s4_udp.eq(hd.UDP.SIZE + s3_tl),
                 s4_lrhw[0].eq((hd.LRH.SIZE + s3_tl)[2:]),
                 s4_lrhw[1].eq((hd.LRH.SIZE + hd.GRH.SIZE + s3_tl)[2:]),
                 s4_ip4.eq(s3_ip4), s4_tmpl.eq(s3_tmpl),
-                s4_sum.eq(sum_total),
+                s4_sum_c0.eq(sum_c0), s4_sum_c1.eq(sum_c1),
                 s4_p.nh.eq(s3_h[lb:]), s4_p.h.eq(s3_h[:lb]),
-                s4_p.np.eq((s3_p + (B - 1))[lb:]), s4_p.npm1.eq((s3_p - 1)[lb:]),
+                s4_p.np.eq((s3_p + (B - 1))[lb:]),
                 s4_p.plast_mask.eq(s3_plast_mask),
                 s4_p.plast_sh.eq(s3_plast_mask << s3_h[:lb]),
                 s4_p.ones_sh.eq(ones << s3_h[:lb]),
@@ -541,19 +574,22 @@ class PacketBuilder(wiring.Component):
                 s4_p.dc.eq((s3_t[:lb] - 1)[:lb] + s3_cl >= B),
                 s4_p.cs_mask.eq(~_byte_mask(s3_cs[:lb], B) | (s3_cs[:lb] == 0).replicate(B)),
                 s4_p.crc_last_mask.eq(_byte_mask(s3_t[:lb], B)),
+                # in beats: nh = s3_h // B, np = ceil(s3_p / B), nbm1 = (s3_f - 1) // B (s3_f >= 1)
+                s4_fl.bad_mode.eq(s3_bad_mode), s4_fl.too_long.eq(s3_too_long),
+                s4_fl.drop.eq((s3_bad_mode | s3_too_long) & s3_pdecl_nz),
+                s4_fl.first_hdr.eq(s3_h >= B),
+                s4_fl.first_pl.eq((s3_h < B) & (s3_p != 0)),
+                s4_fl.first_last.eq(s3_f <= B),
+                s4_fl.first_final.eq((s3_p != 0) & (s3_p <= B)),
+                s4_fl.np_ge1.eq(s3_p != 0), s4_fl.np_ge2.eq(s3_p > B),
+                s4_fl.np_eq1.eq((s3_p != 0) & (s3_p <= B)), s4_fl.np_eq2.eq((s3_p > B) & (s3_p <= 2 * B)),
+                s4_fl.nbm1_eq1.eq((s3_f > B) & (s3_f <= 2 * B)),
+                s4_fl.nh_ge2.eq(s3_h >= 2 * B),
             ]
 
         # ---- s5: IPv4 checksum, header byte vector, first-beat flags
         frame_info = data.StructLayout({
-            "hdr": 8 * HB, "tmpl": range(nt), "p": params, "ib": 1,
-            "bad_mode": 1, "too_long": 1, "pdecl_nz": 1,
-            "drop": 1,               # bad, with a payload packet to drop
-            "first_hdr": 1,          # beat 0 is a header-only beat
-            "first_pl": 1,           # beat 0 takes payload beat 0
-            "first_last": 1,         # the frame is one beat
-            "first_final": 1,        # payload beat 0 is the payload's last
-            "np_ge1": 1, "np_ge2": 1, "np_eq1": 1, "np_eq2": 1,  # payload beat count compares
-            "nbm1_eq1": 1,           # two beats
+            "hdr": 8 * HB, "tmpl": range(nt), "p": params, "ib": 1, "fl": first_info,
         })
         s5_f = Signal(frame_info, reset_less=True)
 
@@ -563,7 +599,7 @@ class PacketBuilder(wiring.Component):
         # (decoded from the template number in s4). Two or three LUT levels, no shared decoder.
         d = s4_d
         csum = Signal(16)
-        m.d.comb += csum.eq(~s4_sum)
+        m.d.comb += csum.eq(~_oc_pick(s4_sum_c0, s4_sum_c1))
 
         def f(name):
             return _Src(name, getattr(d, name))
@@ -657,18 +693,15 @@ class PacketBuilder(wiring.Component):
             for (members, _), (sel, spare) in groups.items():
                 extra = (~s3_valid & (s3_tmpl == spare)) if spare is not None else Const(0, 1)
                 m.d.sync += sel.eq(Cat(*(s3_tmpl == i for i in sorted(members))).any() | extra)
+        s5_fl = Signal(first_info)           # s5's first-beat flags, as s5 loads them
+        m.d.comb += [
+            *(getattr(s5_fl, name).eq(getattr(s4_fl, name)) for name in first_flags),
+            s5_fl.pmask.eq(Mux(s4_fl.first_pl, Mux(s4_fl.first_final, s4_p.plast_mask, ones), 0)),
+            s5_fl.pmask_sh.eq(Mux(s4_fl.first_pl, Mux(s4_fl.first_final, s4_p.plast_sh, s4_p.ones_sh), 0)),
+        ]
         with m.If(s5_en):
             m.d.sync += [
-                s5_f.hdr.eq(hdr), s5_f.tmpl.eq(s4_tmpl), s5_f.p.eq(s4_p), s5_f.ib.eq(ib),
-                s5_f.bad_mode.eq(s4_bad_mode), s5_f.too_long.eq(s4_too_long), s5_f.pdecl_nz.eq(s4_pdecl_nz),
-                s5_f.drop.eq((s4_bad_mode | s4_too_long) & s4_pdecl_nz),
-                s5_f.first_hdr.eq(s4_p.nh != 0),
-                s5_f.first_pl.eq((s4_p.nh == 0) & (s4_p.np != 0)),
-                s5_f.first_last.eq(s4_p.nbm1 == 0),
-                s5_f.first_final.eq(s4_p.npm1 == 0),
-                s5_f.np_ge1.eq(s4_p.np >= 1), s5_f.np_ge2.eq(s4_p.np >= 2),
-                s5_f.np_eq1.eq(s4_p.np == 1), s5_f.np_eq2.eq(s4_p.np == 2),
-                s5_f.nbm1_eq1.eq(s4_p.nbm1 == 1),
+                s5_f.hdr.eq(hdr), s5_f.tmpl.eq(s4_tmpl), s5_f.p.eq(s4_p), s5_f.ib.eq(ib), s5_f.fl.eq(s5_fl),
             ]
 
         # ---- k: skid register between s5 and the generator (registered ready for s1..s5). It
@@ -693,6 +726,11 @@ class PacketBuilder(wiring.Component):
         ]
         with m.If(~k_valid):
             m.d.sync += k_f.eq(s5_f)
+        # head.fl is src.fl from a flip-flop: next clock's head of the queue is today's if k will
+        # hold a frame (k keeps it, or takes s5's), else s5's next content. So no multiplexer on
+        # k_valid sits between these flags and the generator's next-state logic.
+        head = Signal(first_info, reset_less=True)
+        m.d.sync += head.eq(Mux(k_next, head, Mux(s5_en, s5_fl, s5_f.fl)))
 
         # ---- generator. Control flags for the current beat are registers computed one beat
         # ahead, down to the push and load decisions themselves: `push` is one LUT of registered
@@ -716,6 +754,7 @@ class PacketBuilder(wiring.Component):
         g_active = Signal()          # a frame is being sent
         g_in_hdr = Signal()          # this beat is a header-only beat
         g_hrem = Signal(range(HEADER_MAX // B + 1))  # header-only beats left, this one included
+        hr_ge2 = Signal()            # g_hrem >= 2: the next beat is header-only too
         g_pl = Signal()              # this beat takes a payload beat (or a fill beat)
         g_fill = Signal()            # the payload ended early: the rest of it is zeros
         g_last = Signal()            # this beat is the frame's last
@@ -771,16 +810,14 @@ class PacketBuilder(wiring.Component):
         ]
         out_data = g_lo | sh[:W]
 
-        bad_load = src.bad_mode | src.too_long
+        bad_load = head.bad_mode | head.too_long
         m.d.comb += g_load.eq(src_valid & next_frame)
 
         # Next beat's flags, from registered compares.
-        in_hdr1 = g_hrem >= 2
+        in_hdr1 = hr_ge2
         pl1 = ~in_hdr1 & Mux(g_pl, pr_ge2, pr_ge1)
         final1 = Mux(g_pl, pr_eq2, pr_eq1)
         fill1 = g_fill | early_cut
-        first_pmask = Mux(src.first_pl, Mux(src.first_final, src.p.plast_mask, ones), 0)
-        first_pmask_sh = Mux(src.first_pl, Mux(src.first_final, src.p.plast_sh, src.p.ones_sh), 0)
 
         g_active_next = Signal()
         g_in_hdr_next = Signal()
@@ -793,17 +830,18 @@ class PacketBuilder(wiring.Component):
         # `next_frame`, not on `g_load`: without a frame there, g_active goes low and they are unused.
         m.d.comb += [
             g_active_next.eq(g_load | (g_active & ~(push & g_last))),
-            g_in_hdr_next.eq(Mux(next_frame, src.first_hdr, Mux(push, in_hdr1, g_in_hdr))),
-            g_pl_next.eq(Mux(next_frame, src.first_pl, Mux(push, pl1, g_pl))),
+            g_in_hdr_next.eq(Mux(next_frame, head.first_hdr, Mux(push, in_hdr1, g_in_hdr))),
+            g_pl_next.eq(Mux(next_frame, head.first_pl, Mux(push, pl1, g_pl))),
             g_fill_next.eq(~next_frame & Mux(push, fill1, g_fill)),
-            g_last_next.eq(Mux(next_frame, src.first_last, Mux(push, br_eq1, g_last))),
-            # g_room' = (inflight + push - pop) < depth, with push last (one LUT after it).
-            g_room_next.eq(Mux(push, Mux(pop, g_room, inflight < self._depth - 1), Mux(pop, 1, g_room))),
-            drop_next.eq(drop_cnt + (g_load & src.drop) + late_drop
+            g_last_next.eq(Mux(next_frame, head.first_last, Mux(push, br_eq1, g_last))),
+            # A credit from registers only: inflight grows by at most one a clock, so
+            # inflight < depth - 1 now leaves room for a push next clock (pops count a clock late).
+            g_room_next.eq(inflight < self._depth - 1),
+            drop_next.eq(drop_cnt + (g_load & head.drop) + late_drop
                          - (dropping & self.payload.valid & pv.last)),
         ]
         # drop_next != 0, without the adder (the decrement happens only while drop_cnt != 0).
-        dropping_next = ((g_load & src.drop) | late_drop | (drop_cnt >= 2)
+        dropping_next = ((g_load & head.drop) | late_drop | (drop_cnt >= 2)
                          | ((drop_cnt == 1) & ~(self.payload.valid & pv.last)))
         go = g_active_next & g_room_next
         need_next = g_pl_next & ~g_fill_next
@@ -823,7 +861,7 @@ class PacketBuilder(wiring.Component):
         with m.If(push):
             m.d.sync += [
                 g_first.eq(0), g_second.eq(g_first), g_mj.eq(g_mj + (g_mj != mask_beats)),
-                g_hrem.eq(g_hrem - g_in_hdr), g_brem.eq(g_brem - 1),
+                g_hrem.eq(g_hrem - g_in_hdr), hr_ge2.eq(Mux(g_in_hdr, g_hrem >= 3, hr_ge2)), g_brem.eq(g_brem - 1),
                 g_prem.eq(g_prem - g_pl), g_final.eq(final1), br_eq1.eq(g_brem == 2),
                 g_pmask.eq(Mux(pl1 & ~fill1, Mux(final1, g_p.plast_mask, ones), 0)),
                 g_pmask_sh.eq(Mux(pl1 & ~fill1, Mux(final1, g_p.plast_sh, g_p.ones_sh), 0)),
@@ -842,9 +880,9 @@ class PacketBuilder(wiring.Component):
                 g_lo.eq(src.hdr[:W]), g_p.eq(src.p), g_ib.eq(src.ib), g_tmpl.eq(src.tmpl),
                 g_first.eq(1), g_second.eq(0), g_mj.eq(0),
                 g_hrem.eq(src.p.nh), g_brem.eq(src.p.nbm1), g_prem.eq(src.p.np),
-                g_abort.eq(bad_load), g_final.eq(src.first_final), g_pmask.eq(first_pmask),
-                g_pmask_sh.eq(first_pmask_sh), br_eq1.eq(src.nbm1_eq1),
-                pr_ge1.eq(src.np_ge1), pr_ge2.eq(src.np_ge2), pr_eq1.eq(src.np_eq1), pr_eq2.eq(src.np_eq2),
+                g_abort.eq(bad_load), g_final.eq(head.first_final), g_pmask.eq(head.pmask),
+                g_pmask_sh.eq(head.pmask_sh), br_eq1.eq(head.nbm1_eq1), hr_ge2.eq(head.nh_ge2),
+                pr_ge1.eq(head.np_ge1), pr_ge2.eq(head.np_ge2), pr_eq1.eq(head.np_eq1), pr_eq2.eq(head.np_eq2),
             ]
         # The upper header beats follow the head of the frame queue whenever they are not being
         # sent (idle, or past the header-only beats; a frame's last beat is never header-only, so
@@ -856,8 +894,8 @@ class PacketBuilder(wiring.Component):
         # Sticky errors, write-1-to-clear.
         raised = Signal(ErrorFlags)
         m.d.comb += [
-            raised.bad_mode.eq(g_load & src.bad_mode),
-            raised.too_long.eq(g_load & src.too_long),
+            raised.bad_mode.eq(g_load & head.bad_mode),
+            raised.too_long.eq(g_load & head.too_long),
             raised.early.eq(early_ev),
             raised.late.eq(late_ev),
         ]
