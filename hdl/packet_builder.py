@@ -321,7 +321,7 @@ class PacketBuilder(wiring.Component):
         raised in the same cycle wins).
 
     Latency from a descriptor transfer to the first beat of its frame, empty pipeline, no payload
-    wait: 20 clocks at W=64, 24 at W=512 (measured by the testbench); see docs/packet-builder.md.
+    wait: 19 clocks at W=64, 23 at W=512 (measured by the testbench); see docs/packet-builder.md.
     """
 
     def __init__(self, width):
@@ -333,8 +333,11 @@ class PacketBuilder(wiring.Component):
         self._crc_latency = self._icrc.latency
         self._delay = self._crc_latency + 2
         # Output FIFO capacity, in beats: the generator's credits (beats pushed, not yet popped),
-        # more than the push-to-pop round trip, so credits never limit a ready sink.
-        self._depth = self._delay + 6
+        # more than the push-to-pop round trip, so credits never limit a ready sink. The credit is
+        # registered from the in-flight count of the clock before (two clocks later than a credit
+        # computed from this clock's push and pop), so two more beats than that round trip: a
+        # sink that stalls and resumes finds the next beats there, no gap inside a frame.
+        self._depth = self._delay + 8
         super().__init__({
             "desc": In(stream.Signature(DescriptorLayout)),
             "payload": In(PacketStream(width)),
