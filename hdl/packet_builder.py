@@ -203,22 +203,25 @@ def _header_bits(cls, **values):
     return _wire_bits(_layout_fields(cls, values))
 
 
-def _ext_header(cls, d):
+def _ext_header_bits(cls, d):
+    """Per-bit entries (see :func:`_field_bits`) of an extended header from descriptor ``d``."""
+    def f(name):
+        return _Src(name, getattr(d, name))
     if cls is hd.RETH:
-        return _header(cls, va=d.reth_va, rkey=d.reth_rkey, dma_len=d.reth_dma_len)
+        return _header_bits(cls, va=f("reth_va"), rkey=f("reth_rkey"), dma_len=f("reth_dma_len"))
     if cls is hd.AETH:
-        return _header(cls, syndrome=d.aeth_syndrome, msn=d.aeth_msn)
+        return _header_bits(cls, syndrome=f("aeth_syndrome"), msn=f("aeth_msn"))
     if cls is hd.DETH:
-        return _header(cls, qkey=d.deth_qkey, src_qp=d.deth_src_qp)
+        return _header_bits(cls, qkey=f("deth_qkey"), src_qp=f("deth_src_qp"))
     if cls is hd.ImmDt:
-        return _header(cls, imm=d.imm)
+        return _header_bits(cls, imm=f("imm"))
     if cls is hd.IETH:
-        return _header(cls, rkey=d.imm)
+        return _header_bits(cls, rkey=f("imm"))
     if cls is hd.AtomicETH:
-        return _header(cls, va=d.atomic_va, rkey=d.atomic_rkey, swap_add=d.atomic_swap,
-                       compare=d.atomic_compare)
+        return _header_bits(cls, va=f("atomic_va"), rkey=f("atomic_rkey"), swap_add=f("atomic_swap"),
+                            compare=f("atomic_compare"))
     if cls is hd.AtomicAckETH:
-        return _header(cls, orig=d.atomic_orig)
+        return _header_bits(cls, orig=f("atomic_orig"))
     raise AssertionError(cls)
 
 
@@ -417,7 +420,7 @@ class PacketBuilder(wiring.Component):
         s2_p = Signal(_LEN_BITS)
         s2_p4 = Signal(_LEN_BITS)
         s2_pad = Signal(2)
-        s2_csel = Signal(len(_EXT_COMBOS))
+        s2_esel = {}                 # a set of extended header combinations -> its select
         s2_ext_len = Signal(range(_EXT_MAX + 1))
         s2_tmpl = Signal(range(nt))
         s2_h = Signal(range(HEADER_MAX + 1))          # header length
@@ -425,6 +428,24 @@ class PacketBuilder(wiring.Component):
         s2_cs = Signal(range(B * 2 + 16))             # first ICRC-covered byte
         s2_cl = Signal(3)                             # CRC bytes: 4 or 6
         s2_pairs = [Signal(16, name=f"s2_pair{k}") for k in range(4)]
+
+        # The extended headers are assembled in s3 bit by bit, like the header vector in s5: each
+        # bit is an AND-OR over the descriptor field bits that land there, each with the select of
+        # the opcode combinations that put it there, registered here (at most five sources a bit).
+        ext_sources = [{} for _ in range(8 * _EXT_MAX)]     # bit -> key -> (value, combinations)
+        for index, hdrs in enumerate(_EXT_COMBOS):
+            for i, e in enumerate(e for h in hdrs for e in _ext_header_bits(h, s2_d)):
+                if isinstance(e, int):
+                    if not e:
+                        continue
+                    key, value = ("one",), Const(1, 1)
+                else:
+                    key, value = e
+                ext_sources[i].setdefault(key, (value, set()))[1].add(index)
+        for src in ext_sources:
+            for _, combos in src.values():
+                if frozenset(combos) not in s2_esel:
+                    s2_esel[frozenset(combos)] = Signal(name=f"s2_esel{len(s2_esel)}")
 
         bad_mode = d.mode >= len(LinkMode)
         too_long = d.payload_len > MAX_PAYLOAD
@@ -465,7 +486,8 @@ class PacketBuilder(wiring.Component):
                 s2_p.eq(Mux(bad, 0, d.payload_len)),
                 s2_p4.eq(Mux(bad, 0, Cat(Const(0, 2), p_up4))),
                 s2_pad.eq(Mux(bad, 0, -d.payload_len[:2])),
-                s2_csel.eq(csel), s2_ext_len.eq(ext_len), s2_tmpl.eq(tmpl),
+                *(sel.eq(Cat(*(csel[c] for c in sorted(combos))).any()) for combos, sel in s2_esel.items()),
+                s2_ext_len.eq(ext_len), s2_tmpl.eq(tmpl),
                 s2_h.eq(base_len + ext_len), s2_hc.eq(base_crc + ext_len),
                 s2_cs.eq(cs), s2_cl.eq(cl),
                 *(s2_pairs[k].eq(_oc_add(m, words[2 * k], words[2 * k + 1], f"s2_pair{k}"))
@@ -491,12 +513,8 @@ class PacketBuilder(wiring.Component):
         s3_cs = Signal(range(B * 2 + 16))
         s3_cl = Signal(3)
 
-        ext_terms = []
-        for index, hdrs in enumerate(_EXT_COMBOS):
-            if hdrs:
-                ext_c = Cat(*(_ext_header(h, s2_d) for h in hdrs))
-                ext_terms.append(_fit(ext_c, 8 * _EXT_MAX) & s2_csel[index].replicate(8 * _EXT_MAX))
-        ext = _or_all(ext_terms)
+        ext = Cat(*(_or_all([value & s2_esel[frozenset(combos)] for value, combos in src.values()])
+                    for src in ext_sources))
         tl_fixed = hd.BTH.SIZE + ICRC_LEN
         with m.If(s3_en):
             m.d.sync += [
