@@ -173,8 +173,10 @@ def main(argv=None) -> int:
                 fmaxes.append(min(r["fmax_mhz"].values()))
         if len(fmaxes) > 1:
             print()
+            target = r["target_mhz"]
             print(f"Fmax over nextpnr seeds 1..{args.pnr_seeds}: " + ", ".join(f"{f:.1f}" for f in fmaxes)
-                  + f" MHz; min {min(fmaxes):.1f}, mean {sum(fmaxes) / len(fmaxes):.1f}, max {max(fmaxes):.1f}")
+                  + f" MHz; min {min(fmaxes):.1f}, mean {sum(fmaxes) / len(fmaxes):.1f}, max {max(fmaxes):.1f}; "
+                  f"{sum(f >= target for f in fmaxes)} of {len(fmaxes)} seeds at {target} MHz or more")
     return 0
 
 
