@@ -139,24 +139,6 @@ _EXT_MAX = max(sum(h.SIZE for h in c) for c in _EXT_COMBOS)
 HEADER_MAX = max(t.base_len for t in _TEMPLATES) + _EXT_MAX
 
 
-def _fit(value, width):
-    if isinstance(value, int):
-        return Const(value, width)
-    value = value.as_value() if hasattr(value, "as_value") else value
-    if len(value) >= width:
-        return value[:width]
-    return Cat(value, Const(0, width - len(value)))
-
-
-def _wire(fields):
-    """Big-endian header from ``(value, width)`` pairs in wire order (MSB first); wire byte k at bits 8k."""
-    total = sum(w for _, w in fields)
-    assert total % 8 == 0, fields
-    bits = Cat(*(_fit(v, w) for v, w in reversed(fields)))
-    n = total // 8
-    return Cat(*(bits[8 * (n - 1 - k):8 * (n - k)] for k in range(n)))
-
-
 def _layout_fields(cls, values):
     """``(value, width)`` per field of a model header class's LAYOUT; reserved fields not given are 0."""
     fields = []
@@ -166,11 +148,6 @@ def _layout_fields(cls, values):
         fields.append((values.get(name, 0), width))
     assert set(values) <= {n for n, _ in cls.LAYOUT}, (cls, values)
     return fields
-
-
-def _header(cls, **values):
-    """Wire bytes of a model header class from its LAYOUT; reserved fields not given are zero."""
-    return _wire(_layout_fields(cls, values))
 
 
 class _Src:
