@@ -235,6 +235,21 @@ def _oc_sum3(m, a, b, c, name):
     return _oc_pick(*_oc_sum3_parts(m, a, b, c, name))
 
 
+def _by_source(entries):
+    """Group per-bit entries (see :func:`_field_bits`) of several options (``(option, entry)``
+    pairs): ``{key: (value, options)}`` for the signals that land there, and the options that put a
+    constant one there."""
+    sources, ones = {}, set()
+    for option, e in entries:
+        if isinstance(e, int):
+            if e:
+                ones.add(option)
+        else:
+            key, value = e
+            sources.setdefault(key, (value, set()))[1].add(option)
+    return sources, ones
+
+
 def _or_all(values):
     """OR of ``values``; a 1-bit 0 for none."""
     if not values:
@@ -409,18 +424,13 @@ class PacketBuilder(wiring.Component):
         # The extended headers are assembled in s3 bit by bit, like the header vector in s5: each
         # bit is an AND-OR over the descriptor field bits that land there, each with the select of
         # the opcode combinations that put it there, registered here (at most five sources a bit).
-        ext_sources = [{} for _ in range(8 * _EXT_MAX)]     # bit -> key -> (value, combinations)
-        for index, hdrs in enumerate(_EXT_COMBOS):
-            for i, e in enumerate(e for h in hdrs for e in _ext_header_bits(h, s2_d)):
-                if isinstance(e, int):
-                    if not e:
-                        continue
-                    key, value = ("one",), Const(1, 1)
-                else:
-                    key, value = e
-                ext_sources[i].setdefault(key, (value, set()))[1].add(index)
+        combo_bits = [[e for h in hdrs for e in _ext_header_bits(h, s2_d)] for hdrs in _EXT_COMBOS]
+        ext_sources = []             # per bit: (value, combinations) pairs, a constant one as Const(1)
+        for i in range(8 * _EXT_MAX):
+            sources, one_at = _by_source((c, bits[i]) for c, bits in enumerate(combo_bits) if i < len(bits))
+            ext_sources.append([*sources.values(), *([(Const(1, 1), one_at)] if one_at else [])])
         for src in ext_sources:
-            for _, combos in src.values():
+            for _, combos in src:
                 if frozenset(combos) not in s2_esel:
                     s2_esel[frozenset(combos)] = Signal(name=f"s2_esel{len(s2_esel)}")
 
@@ -490,7 +500,7 @@ class PacketBuilder(wiring.Component):
         s3_cs = Signal(range(B * 2 + 16))
         s3_cl = Signal(3)
 
-        ext = Cat(*(_or_all([value & s2_esel[frozenset(combos)] for value, combos in src.values()])
+        ext = Cat(*(_or_all([value & s2_esel[frozenset(combos)] for value, combos in src])
                     for src in ext_sources))
         tl_fixed = hd.BTH.SIZE + ICRC_LEN
         with m.If(s3_en):
@@ -668,14 +678,7 @@ class PacketBuilder(wiring.Component):
             return groups[members, c][0]
 
         def mux_bit(entries, bit):
-            sources, ones_at = {}, set()
-            for t, e in zip(_TEMPLATES, entries):
-                if isinstance(e, int):
-                    if e:
-                        ones_at.add(t.index)
-                else:
-                    key, value = e
-                    sources.setdefault(key, (value, set()))[1].add(t.index)
+            sources, ones_at = _by_source((t.index, e) for t, e in zip(_TEMPLATES, entries))
             terms = [value & group(members, bit) for value, members in sources.values()]
             if ones_at:
                 terms.append(group(ones_at, bit))
