@@ -194,6 +194,18 @@ class DescriptorEngine(wiring.Component):
         inflight = Signal(range(window + 1))
         si = Signal(18)                # steps + inflight, a register beside them
 
+        # The draining turn (*handoff*): once a turn has issued its last packet, the next turn starts
+        # while the old one's packets are still in flight. The old turn keeps only what its commits
+        # need: its QPN, the context fields they read or change, the re-queue offset, its own squash.
+        d_active = Signal()            # a draining turn exists (until D-End re-queues its QP)
+        d_inflight = Signal(range(window + 1))   # its packets in flight: always the oldest ones
+        dqpn = Signal(24)
+        dctx = Signal(data.StructLayout({"state": 4, "sq_ci": 16, "sq_pi": 16, "cqn": 24}))
+        doffset = Signal(32)
+        dsquash = Signal()
+        cd = Signal()                  # the packet being committed (and its retire) is the old turn's
+        turn_flush = Signal()          # the QP was in ERROR when its turn began: the turn flushes
+
         def count_step(committed=False):
             """One more step in this turn; ``committed``: a packet in flight leaves with it."""
             m.d.sync += [steps.eq(steps + ~steps[-1]), si.eq(si + ~steps[-1] - committed)]
@@ -214,7 +226,13 @@ class DescriptorEngine(wiring.Component):
         err = self.err
         inc = self.inc
 
-        def report(bit, status=0, who=qpn):
+        # the commit path's QP: the draining turn's while it commits one of its packets
+        c_qpn = Signal(24)
+        c_state, c_sq_ci, c_cqn = Signal(4), Signal(16), Signal(24)
+        m.d.comb += [c_qpn.eq(Mux(cd, dqpn, qpn)), c_state.eq(Mux(cd, dctx.state, ctx.state)),
+                     c_sq_ci.eq(Mux(cd, dctx.sq_ci, ctx.sq_ci)), c_cqn.eq(Mux(cd, dctx.cqn, ctx.cqn))]
+
+        def report(bit, status=0, who=c_qpn):
             m.d.comb += [err.valid.eq(1), err.bit.eq(bit), err.qpn.eq(who), err.status.eq(status)]
 
         m.d.comb += [
@@ -234,7 +252,8 @@ class DescriptorEngine(wiring.Component):
         # reset in mid-turn would leave QPs marked scheduled that are in no ready list
         clearing = Signal()
         clear_qpn = Signal(range(max_qps))
-        m.d.comb += sched_w.addr.eq(Mux(clearing, clear_qpn, qpn[:qbits]))
+        in_dend = Signal()
+        m.d.comb += sched_w.addr.eq(Mux(clearing, clear_qpn, Mux(in_dend, dqpn[:qbits], qpn[:qbits])))
 
         # --- per-packet bookkeeping between issue and commit ----------------------------------------
         info_layout = data.StructLayout({"seg": 13, "psns": 24, "last": 1, "wr_id": 64, "opcode": 8,
@@ -333,7 +352,7 @@ class DescriptorEngine(wiring.Component):
         c = self.rd_cmd.payload
         m.d.comb += [c.addr.eq(rd_addr), c.len.eq(seg), c.inline.eq(inline),
                      c.data.eq(wqe_raw[256:512])]
-        m.d.comb += self.group.payload.start.eq(inflight == 0)
+        m.d.comb += self.group.payload.start.eq(inflight == d_inflight)     # the turn's first in flight
         m.d.comb += [info_w.seg.eq(seg), info_w.psns.eq(psns), info_w.last.eq(last), info_w.wr_id.eq(wqe.wr_id),
                      info_w.opcode.eq(wqe.opcode), info_w.length.eq(wqe.length), info_w.signaled.eq(wqe.flags[0])]
 
@@ -394,6 +413,7 @@ class DescriptorEngine(wiring.Component):
         la_ci = Signal(16)
         la_addr = Signal(64)
         peeked = Signal()
+        la_rts = Signal()              # the peeked QP was in RTS: the next turn may start by Handoff
         m.d.sync += pf_n.eq(pf_n + (pf_raise | la_raise | (fetch_ar & axi.arready)) - pf_taken)
         with m.If(pf_raise):
             m.d.sync += [pf_valid.eq(1), pf_addr.eq(ring_addr(pf_ci)), pf_ci.eq(pf_ci + 1)]
@@ -412,17 +432,21 @@ class DescriptorEngine(wiring.Component):
         def take_resp():
             """Take a cache response (valid in this clock): an OK one reloads ``ctx``. Returns ok."""
             ok = self.qpc_resp.payload.status == Status.OK
-            with m.If(ok):
+            rec = data.View(cached_layout, self.qpc_resp.payload.record)
+            with m.If(ok & cd):
+                m.d.sync += [dctx.state.eq(rec.state), dctx.sq_ci.eq(rec.sq_ci), dctx.sq_pi.eq(rec.sq_pi),
+                             dctx.cqn.eq(rec.cqn)]
+            with m.Elif(ok):
                 m.d.sync += ctx.eq(self.qpc_resp.payload.record)
             return ok
 
-        def request(op_, arg, who=qpn):
+        def request(op_, arg, who=c_qpn):
             """Drive a cache request in this clock (it transfers on ``qpc_req.ready``). The FSM must
             go from here to a state that takes the response as it comes (``qpc_resp.ready`` is 1)."""
             m.d.comb += [self.qpc_req.valid.eq(1), req.op.eq(op_), req.qpn.eq(who), req.arg.eq(arg)]
 
         # the states that take a cache response as it comes (checked below)
-        resp_states = ["Peek-Resp", "Commit-PSN-Resp", "Retire-Next", "Retire-Both"]
+        resp_states = ["Peek-Resp", "Handoff-Resp", "Commit-PSN-Resp", "Retire-Next", "Retire-Both"]
 
         def cache(name, op_, arg, on_resp):
             """States ``name`` (request) and ``name``-Resp; ``on_resp(ok)`` runs with the response."""
@@ -437,14 +461,14 @@ class DescriptorEngine(wiring.Component):
 
         def set_cqe(status, with_wqe=True, byte_len=0, src=None):
             src = wqe if src is None else src
-            m.d.sync += [cq_cmd.op.eq(CqOp.CQE), cq_cmd.cqn.eq(ctx.cqn), cq_cmd.qpn.eq(qpn),
-                         cq_cmd.status.eq(status), cq_cmd.wqe_index.eq(ctx.sq_ci), cq_cmd.byte_len.eq(byte_len),
+            m.d.sync += [cq_cmd.op.eq(CqOp.CQE), cq_cmd.cqn.eq(c_cqn), cq_cmd.qpn.eq(c_qpn),
+                         cq_cmd.status.eq(status), cq_cmd.wqe_index.eq(c_sq_ci), cq_cmd.byte_len.eq(byte_len),
                          cq_cmd.wr_id.eq(src.wr_id if with_wqe else 0),
                          cq_cmd.opcode.eq(src.opcode if with_wqe else 0)]
 
         # nobody else waits: the turn goes on past its quota (round robin over one QP is that QP, and a
         # turn boundary would drain the window and read the WQE again)
-        solo = rdy.empty & ~self.doorbell.valid & ~self.cq_doorbell.valid
+        solo = rdy.empty & ~self.doorbell.valid & ~self.cq_doorbell.valid & ~d_active
 
         def room(ahead):
             """The window and the quota allow one more packet with ``ahead`` more in flight than now."""
@@ -454,16 +478,25 @@ class DescriptorEngine(wiring.Component):
         # The next WQE may start before this one retires only if this one writes no CQE: a CQE can
         # overflow or be dropped, which moves the QP to ERROR before the next WQE (model order).
         chainable = ~chain_block & ~wqe.flags[0] & (ctx.state == QpState.RTS) & (next_ci != ctx.sq_pi)
-        can_chain = ~squash & issued_last & chainable & room(0)
+        # (not onto the next turn's lookahead burst: a chain that needs another read goes through Loop)
+        can_chain = ~squash & issued_last & chainable & room(0) & ~(la_valid & (pf_n == 1))
         # The prefetcher runs ahead of the chain while the current WQE is unsignaled and the quota leaves
         # room for one more WQE (a guess: a prefetched WQE may be signaled, or the chain may stop).
         pf_depth = Mux(wqe.length < self.deep_below, kpf, 1)
+        # the quota's WQEs are all read: each WQE read ahead takes one step at least, and so does the
+        # current WQE's next packet if it has one
+        quota_read = Signal()
+        m.d.comb += quota_read.eq(si + pf_n + ~issued_last >= quota)
         m.d.comb += pf_raise.eq(sending & ~fetching & ~la_valid & chainable & ~squash & ~pf_valid &
-                                (pf_n < pf_depth) & (pf_ci != ctx.sq_pi) &
-                                ((si + pf_n + 1 < quota) | solo))
+                                (pf_n < pf_depth) & (pf_ci != ctx.sq_pi) & (~quota_read | solo))
 
+        # the turn reads no more WQEs: the rest of its quota or of its ring has been read ahead (or is
+        # the current WQE), so the next turn's first WQE can be read (Peek) while it issues
+        reads_done = (sending & ~squash & ~chain_block & (ctx.state == QpState.RTS) &
+                      (~wqe.flags[0] | (next_ci == ctx.sq_pi)) &
+                      ((pf_ci == ctx.sq_pi) | (quota_read & ~solo)))
         # the turn issues nothing more: only its commits (and retires) are left
-        turn_ends = ~squash & issued_last & (((si >= quota) & ~solo) | (next_ci == ctx.sq_pi))
+        turn_ends = ~squash & ~chain_block & (((si >= quota) & ~solo) | (issued_last & (next_ci == ctx.sq_pi)))
 
         with m.FSM(init="Clear") as fsm:
             with m.State("Clear"):
@@ -547,7 +580,8 @@ class DescriptorEngine(wiring.Component):
             # a turn
             def turn_lookup(ok):
                 with m.If(ok):
-                    m.d.sync += [steps.eq(0), si.eq(inflight)]
+                    rec = data.View(cached_layout, self.qpc_resp.payload.record)
+                    m.d.sync += [steps.eq(0), si.eq(inflight), turn_flush.eq(rec.state == QpState.ERROR)]
                     m.next = "Loop"
                 with m.Else():
                     m.d.comb += bus_err_fsm.eq(1)
@@ -569,7 +603,7 @@ class DescriptorEngine(wiring.Component):
                     with m.If(la_qpn == qpn):
                         m.d.sync += la_valid.eq(0)          # this turn's own lookahead, unused
                     m.next = "Turn-End"
-                with m.Elif(ctx.state == QpState.ERROR):
+                with m.Elif((ctx.state == QpState.ERROR) & turn_flush):
                     m.d.sync += [flush_mode.eq(1), chained.eq(0), chain_block.eq(0)]
                     set_issue_ci(ctx.sq_ci)
                     m.next = "Fetch"
@@ -589,7 +623,7 @@ class DescriptorEngine(wiring.Component):
                     m.next = "Fetch-R"
                 with m.Elif(pf_n != 0):
                     m.d.comb += next_take.eq(1)               # drop what the chain did not use
-                    m.d.sync += la_valid.eq(0)
+                    m.d.sync += [la_valid.eq(0), peeked.eq(0)]
                 with m.Else():
                     m.d.comb += fetch_ar.eq(1)
                     with m.If(axi.arready):
@@ -603,9 +637,11 @@ class DescriptorEngine(wiring.Component):
             with m.State("Fetched"):
                 m.d.comb += fetching.eq(1)
                 m.d.sync += [do_cqe.eq(1), ret.eq(RET_LOOP)]
-                with m.If(chained & (rerr | (validate != 0))):
-                    # handled in order after the packets in flight: drain, then Loop fetches it again
-                    m.d.sync += chain_block.eq(1)
+                with m.If(Mux(chained, rerr | (validate != 0),
+                              d_active & (rerr | flush_mode | ((offset == 0) & (validate != 0))))):
+                    # handled in order after the packets in flight (this turn's, or the draining
+                    # turn's, whose CQEs come first): drain, then Loop fetches it again
+                    m.d.sync += [chain_block.eq(1), issued_last.eq(1)]
                     m.next = "Send-Loop"
                 with m.Elif(chained):
                     m.d.sync += [issue_off.eq(0), issued_last.eq(0), sent.eq(0), sending.eq(1)]
@@ -634,26 +670,36 @@ class DescriptorEngine(wiring.Component):
                     count_step()
                     m.next = "Fail-SetError"
                 with m.Else():
-                    m.d.sync += [issue_off.eq(offset), issue_psn.eq(ctx.next_psn), inflight.eq(0), si.eq(steps),
+                    m.d.sync += [issue_off.eq(offset), issue_psn.eq(ctx.next_psn), si.eq(steps),
                                  squash.eq(0), issued_last.eq(0), sent.eq(0), sending.eq(1)]
+                    m.d.sync += Assert(inflight == d_inflight, "engine: a turn's first WQE with its own packets in flight\n")
                     m.next = "Send-Loop"
 
             with m.State("Send-Loop"):
-                with m.If(info.r_rdy & self.status.valid):
+                m.d.sync += cd.eq((d_inflight != 0) & info.r_rdy & self.status.valid)
+                with m.If(d_active & (d_inflight == 0)):
+                    m.next = "D-End"
+                with m.Elif(info.r_rdy & self.status.valid):
                     m.next = "Commit"
                 with m.Elif(can_issue):
                     m.next = "Issue"
+                with m.Elif(~peeked & rdy.r_rdy & ~pf_valid & reads_done):
+                    m.d.sync += [peeked.eq(1), la_qpn.eq(rdy.r_data[:24])]
+                    m.next = "Peek"
                 with m.Elif(can_chain):
                     with m.If(pf_n == 0):
                         m.d.sync += chained.eq(1)
                         set_issue_ci(next_ci)
                         m.next = "Fetch"
                     with m.Elif(next_valid):
-                        # the oldest prefetched burst is WQE next_ci
+                        # the oldest prefetched burst is WQE next_ci (the lookahead is the newest)
                         m.d.sync += chained.eq(1)
                         set_issue_ci(next_ci)
                         m.next = "Fetch-R"
-                with m.Elif(turn_ends & (inflight != 0) & ~peeked & rdy.r_rdy & (pf_n == 0) & ~pf_valid):
+                with m.Elif(turn_ends & la_rts & la_valid & (pf_n == 1) & ~d_active & self.enable & rdy.r_rdy &
+                            ~self.doorbell.valid & ~self.cq_doorbell.valid):
+                    m.next = "Handoff"
+                with m.Elif(~peeked & rdy.r_rdy & ~pf_valid & turn_ends & (inflight != 0) & (pf_n == 0)):
                     m.d.sync += [peeked.eq(1), la_qpn.eq(rdy.r_data[:24])]
                     m.next = "Peek"
                 with m.Elif(inflight == 0):
@@ -688,7 +734,34 @@ class DescriptorEngine(wiring.Component):
                               ((rec.state == QpState.RTS) | (rec.state == QpState.ERROR))):
                         m.d.comb += la_raise.eq(1)
                         m.d.sync += la_ci.eq(rec.sq_ci)
+                    m.d.sync += la_rts.eq((self.qpc_resp.payload.status == Status.OK) & (rec.state == QpState.RTS))
                     m.next = "Send-Loop"
+
+            # Handoff: the next turn starts on the ready list's head while this one drains beside it
+            # (D-End re-queues it). Only onto a QP in RTS (a flush's CQEs would pass this turn's), and
+            # only while no doorbell waits (doorbells are taken between turns).
+            with m.State("Handoff"):
+                m.d.comb += fetching.eq(1)
+                request(Op.LOOKUP, 0, who=la_qpn)
+                with m.If(self.qpc_req.ready):
+                    m.next = "Handoff-Resp"
+            with m.State("Handoff-Resp"):
+                rec = data.View(cached_layout, self.qpc_resp.payload.record)
+                m.d.comb += fetching.eq(1)
+                with m.If(self.qpc_resp.valid):
+                    with m.If((self.qpc_resp.payload.status == Status.OK) & (rec.sq_ci != rec.sq_pi) &
+                              (rec.state == QpState.RTS) & rdy.r_rdy & (rdy.r_data[:24] == la_qpn) &
+                              ~self.doorbell.valid & ~self.cq_doorbell.valid):
+                        m.d.comb += rdy.r_en.eq(1)
+                        m.d.sync += [d_active.eq(1), d_inflight.eq(inflight), dqpn.eq(qpn), dsquash.eq(0),
+                                     dctx.state.eq(ctx.state), dctx.sq_ci.eq(ctx.sq_ci), dctx.sq_pi.eq(ctx.sq_pi),
+                                     dctx.cqn.eq(ctx.cqn), doffset.eq(Mux(issued_last, 0, issue_off)),
+                                     qpn.eq(la_qpn), offset.eq(rdy.r_data[24:]), ctx.eq(rec), steps.eq(0), si.eq(0),
+                                     peeked.eq(0), turn_flush.eq(0)]
+                        m.next = "Loop"
+                    with m.Else():
+                        m.d.sync += la_rts.eq(0)              # this turn ends the usual way
+                        m.next = "Send-Loop"
 
             def psn_sent(retire_now):
                 with m.If(retire_now):
@@ -698,21 +771,30 @@ class DescriptorEngine(wiring.Component):
                     m.next = "Commit-PSN-Resp"
 
             with m.State("Commit"):
+                # cd: the packet is the draining turn's (its steps were counted in its own turn)
                 m.d.comb += [info.r_en.eq(1), self.status.ready.eq(1)]
-                m.d.sync += [inflight.eq(inflight - 1), si.eq(si - 1)]
-                with m.If(squash):
+                m.d.sync += inflight.eq(inflight - 1)
+                with m.If(cd):
+                    m.d.sync += d_inflight.eq(d_inflight - 1)
+                with m.Else():
+                    m.d.sync += si.eq(si - 1)
+                with m.If(Mux(cd, dsquash, squash)):
                     m.next = "Send-Loop"
                 with m.Elif(self.status.payload.error):
                     m.d.comb += bus_err_fsm.eq(1)
                     report(ErrBit.BUS_PAYLOAD, CqeStatus.PAYLOAD_READ_ERR)
                     set_cqe(CqeStatus.PAYLOAD_READ_ERR, src=info_r)
-                    count_step(committed=True)
-                    m.d.sync += [squash.eq(1), do_cqe.eq(1), ret.eq(RET_SEND),
-                                 retire_cnt.eq(1)]
+                    with m.If(cd):
+                        m.d.sync += [dsquash.eq(1), doffset.eq(0)]
+                    with m.Else():
+                        count_step(committed=True)
+                        m.d.sync += squash.eq(1)
+                    m.d.sync += [do_cqe.eq(1), ret.eq(RET_SEND), retire_cnt.eq(1)]
                     m.next = "Fail-SetError"
                 with m.Else():
                     m.d.comb += [inc.pkt_count.eq(1), inc.byte_count.eq(info_r.seg)]
-                    count_step(committed=True)
+                    with m.If(~cd):
+                        count_step(committed=True)
                     m.d.sync += [do_cqe.eq(info_r.signaled), ret.eq(RET_SEND),
                                  retire_cnt.eq(0)]
                     with m.If(info_r.last):
@@ -728,7 +810,8 @@ class DescriptorEngine(wiring.Component):
             def retired(ok):
                 m.d.comb += [inc.wqe_count.eq(1), inc.wqe_errors.eq(retire_cnt == 1),
                              inc.flush_count.eq(retire_cnt == 2)]
-                m.d.sync += offset.eq(0)
+                with m.If(~cd):                              # (doffset: set at Handoff, 0 on an error)
+                    m.d.sync += offset.eq(0)
                 with m.If(ret == RET_SEND):
                     m.next = "Send-Loop"
                 with m.Else():
@@ -750,7 +833,7 @@ class DescriptorEngine(wiring.Component):
                     with m.Else():
                         m.next = "Send-Loop"
             with m.State("Retire-Next"):
-                request(Op.SET_SQ_CI, ctx.sq_ci + 1)
+                request(Op.SET_SQ_CI, c_sq_ci + 1)
                 with m.If(self.qpc_resp.valid):
                     m.d.sync += resp_owed.eq(0)
                     take_resp()
@@ -766,7 +849,7 @@ class DescriptorEngine(wiring.Component):
 
             # retire / fail: [SET_ERROR] -> [CQE] -> [SET_ERROR if the CQE was dropped] -> SET_SQ_CI
             with m.State("Fail-SetError"):
-                with m.If(ctx.state == QpState.ERROR):
+                with m.If(c_state == QpState.ERROR):
                     m.next = "Complete"
                 with m.Else():
                     m.next = "Set-Error"
@@ -782,7 +865,7 @@ class DescriptorEngine(wiring.Component):
             with m.State("Complete-Wait"):
                 m.d.comb += cqw.done.ready.eq(1)
                 with m.If(cqw.done.valid):
-                    with m.If(cqw.done.payload.qp_error & (ctx.state != QpState.ERROR)):
+                    with m.If(cqw.done.payload.qp_error & (c_state != QpState.ERROR)):
                         m.next = "Drop-SetError"
                     with m.Else():
                         m.next = "Completed"
@@ -794,9 +877,20 @@ class DescriptorEngine(wiring.Component):
                 with m.Else():
                     m.next = "Retire"
 
-            cache("Retire", Op.SET_SQ_CI, ctx.sq_ci + 1, retired)
+            cache("Retire", Op.SET_SQ_CI, c_sq_ci + 1, retired)
+
+            # the draining turn's last commit is done: its QP goes back to the ready list (or leaves)
+            with m.State("D-End"):
+                m.d.comb += in_dend.eq(1)
+                with m.If((dctx.sq_ci != dctx.sq_pi) & ((dctx.state == QpState.RTS) | (dctx.state == QpState.ERROR))):
+                    m.d.comb += [rdy.w_en.eq(1), rdy.w_data.eq(Cat(dqpn, doffset))]
+                with m.Else():
+                    m.d.comb += [sched_w.en.eq(1), sched_w.data.eq(0)]
+                m.d.sync += [d_active.eq(0), dsquash.eq(0)]
+                m.next = "Send-Loop"
 
             with m.State("Turn-End"):
+                m.d.sync += Assert(~d_active, "engine: a turn ends before the one it took over from\n")
                 m.d.sync += sending.eq(0)
                 with m.If(pf_n > la_valid):
                     m.d.comb += next_take.eq(1)               # only the lookahead may stay between turns

@@ -511,8 +511,9 @@ class EngineModel:
             return
         quota = max(1, self.regs["SCHED_QUOTA"])
         steps = 0
+        flushing = ctx.state == QpState.ERROR   # a QP that moves to ERROR in its turn ends the turn
         while steps < quota and ctx.sq_ci != ctx.sq_pi:
-            if ctx.state == QpState.ERROR:
+            if ctx.state == QpState.ERROR and flushing:
                 self._flush_one(entry, ctx)
                 steps += 1
             elif ctx.state == QpState.RTS:

@@ -733,3 +733,23 @@ def test_cq_not_active_or_out_of_range_drops():
     assert m.reg("ERR_STATUS") == 1 << ErrBit.CQE_DROPPED
     m.set_cq_ci(9, 0)
     assert m.reg("ERR_STATUS") >> ErrBit.CQ_DB_BAD_CQN & 1
+
+
+def test_error_ends_the_turn_and_flush_waits_for_the_next():
+    """A QP that moves to ERROR in its turn ends the turn; its flush comes in its next turn, after
+    the other QPs' turns (here on one shared CQ, whose order shows it)."""
+    b = Bench(nqps=2, quota=16)
+    b.qp(0, cqn=0)
+    b.qp(1, cqn=0)
+    b.post(0, WqeOpcode.SEND, 10)
+    b.post(0, WqeOpcode.SEND, 10)
+    b.post(0, WqeOpcode.SEND, 10)
+    b.ring(0)
+    b.post(1, WqeOpcode.SEND, 10)
+    b.ring(1)
+    b.mem.add_read_error(BUFFERS + 128, BUFFERS + 192)               # QP 0's second payload
+    m = b.run()
+    order = [(c.cqe.qpn, c.cqe.status, c.cqe.wqe_index) for c in m.cqes]
+    assert order == [(0, CqeStatus.SUCCESS, 0), (0, CqeStatus.PAYLOAD_READ_ERR, 1), (1, CqeStatus.SUCCESS, 0),
+                     (0, CqeStatus.WR_FLUSH_ERR, 2)]
+    assert [p.qpn for p in m.packets] == [0, 1]
