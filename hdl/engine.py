@@ -404,21 +404,39 @@ class DescriptorEngine(wiring.Component):
             m.d.sync += pf_valid.eq(0)
         pf_raise = Signal()
         pf_taken = next_take & next_valid
-        # Lookahead: while a turn waits for its last commits, Peek looks up the ready list's head QP
-        # (the next turn's) and asks for the WQE at its sq_ci. That burst is then the newest; the
-        # next turn's Fetch takes it if it is that turn's first WQE, else it is dropped.
+        # Lookahead: once a turn has read the WQEs it can use, Peek looks up the ready list's head QP
+        # (the next turn's) and asks for up to ``wqe_prefetch`` WQEs from its sq_ci (no more than it
+        # has posted, nor than the quota). Those bursts are then the newest, ``la_cnt`` of them; the
+        # next turn's Fetch takes the first if it is that turn's first WQE (the rest are then its
+        # read-ahead), else they are dropped.
         la_raise = Signal()
+        la_more = Signal()             # the lookahead's next burst
+        la_hold = Signal()             # Fetch: no lookahead burst is added in this clock
         la_valid = Signal()
         la_qpn = Signal(24)
         la_ci = Signal(16)
         la_addr = Signal(64)
+        la_want = Signal(range(kpf + 1))
+        la_todo = Signal(range(kpf + 1))
+        la_cnt = Signal(range(kpf + 1))
+        la_next = Signal(16)           # the next WQE index to ask for
+        la_base = Signal(64)
+        la_mask = Signal(16)
+        la_held = Signal(range(kpf + 1))   # bursts in flight that belong to the lookahead
+        m.d.comb += la_held.eq(Mux(la_valid, la_cnt, 0))
         peeked = Signal()
         la_rts = Signal()              # the peeked QP was in RTS: the next turn may start by Handoff
-        m.d.sync += pf_n.eq(pf_n + (pf_raise | la_raise | (fetch_ar & axi.arready)) - pf_taken)
+        m.d.comb += la_more.eq(la_valid & (la_todo != 0) & ~pf_valid & ~la_hold)
+        m.d.sync += pf_n.eq(pf_n + (pf_raise | la_raise | la_more | (fetch_ar & axi.arready)) - pf_taken)
+        m.d.sync += Assert((pf_n != kpf) | ~(pf_raise | la_raise | la_more | (fetch_ar & axi.arready)) | pf_taken,
+                           "engine: more WQE bursts asked for than the queue holds\n")
         with m.If(pf_raise):
             m.d.sync += [pf_valid.eq(1), pf_addr.eq(ring_addr(pf_ci)), pf_ci.eq(pf_ci + 1)]
         with m.If(la_raise):
-            m.d.sync += [pf_valid.eq(1), pf_addr.eq(la_addr), la_valid.eq(1)]
+            m.d.sync += [pf_valid.eq(1), pf_addr.eq(la_addr), la_valid.eq(1), la_cnt.eq(1), la_todo.eq(la_want - 1)]
+        with m.If(la_more):
+            m.d.sync += [pf_valid.eq(1), pf_addr.eq(la_base + ((la_next & la_mask) << 6)), la_next.eq(la_next + 1),
+                         la_cnt.eq(la_cnt + 1), la_todo.eq(la_todo - 1)]
 
         # --- the control FSM ---------------------------------------------------------------------------
         req = self.qpc_req.payload
@@ -479,7 +497,7 @@ class DescriptorEngine(wiring.Component):
         # overflow or be dropped, which moves the QP to ERROR before the next WQE (model order).
         chainable = ~chain_block & ~wqe.flags[0] & (ctx.state == QpState.RTS) & (next_ci != ctx.sq_pi)
         # (not onto the next turn's lookahead burst: a chain that needs another read goes through Loop)
-        can_chain = ~squash & issued_last & chainable & room(0) & ~(la_valid & (pf_n == 1))
+        can_chain = ~squash & issued_last & chainable & room(0) & ~(la_valid & (pf_n == la_cnt))
         # The prefetcher runs ahead of the chain while the current WQE is unsignaled and the quota leaves
         # room for one more WQE (a guess: a prefetched WQE may be signaled, or the chain may stop).
         pf_depth = Mux(wqe.length < self.deep_below, kpf, 1)
@@ -618,8 +636,9 @@ class DescriptorEngine(wiring.Component):
 
             with m.State("Fetch"):
                 m.d.comb += fetching.eq(1)
-                with m.If(la_valid & (la_qpn == qpn) & (la_ci == issue_ci) & (pf_n == 1)):
-                    m.d.sync += [la_valid.eq(0), pf_ci.eq(next_ci)]      # the lookahead is this WQE
+                m.d.comb += la_hold.eq(1)
+                with m.If(la_valid & (la_qpn == qpn) & (la_ci == issue_ci) & (pf_n == la_cnt)):
+                    m.d.sync += [la_valid.eq(0), pf_ci.eq(la_next)]      # the lookahead is this WQE and on
                     m.next = "Fetch-R"
                 with m.Elif(pf_n != 0):
                     m.d.comb += next_take.eq(1)               # drop what the chain did not use
@@ -683,7 +702,7 @@ class DescriptorEngine(wiring.Component):
                     m.next = "Commit"
                 with m.Elif(can_issue):
                     m.next = "Issue"
-                with m.Elif(~peeked & rdy.r_rdy & ~pf_valid & reads_done):
+                with m.Elif(~peeked & rdy.r_rdy & ~pf_valid & (pf_n < kpf) & reads_done):
                     m.d.sync += [peeked.eq(1), la_qpn.eq(rdy.r_data[:24])]
                     m.next = "Peek"
                 with m.Elif(can_chain):
@@ -696,7 +715,7 @@ class DescriptorEngine(wiring.Component):
                         m.d.sync += chained.eq(1)
                         set_issue_ci(next_ci)
                         m.next = "Fetch-R"
-                with m.Elif(turn_ends & la_rts & la_valid & (pf_n == 1) & ~d_active & self.enable & rdy.r_rdy &
+                with m.Elif(turn_ends & la_rts & la_valid & (pf_n == la_cnt) & ~d_active & self.enable & rdy.r_rdy &
                             ~self.doorbell.valid & ~self.cq_doorbell.valid):
                     m.next = "Handoff"
                 with m.Elif(~peeked & rdy.r_rdy & ~pf_valid & turn_ends & (inflight != 0) & (pf_n == 0)):
@@ -727,13 +746,17 @@ class DescriptorEngine(wiring.Component):
                     m.next = "Peek-Resp"
             with m.State("Peek-Resp"):
                 rec = data.View(cached_layout, self.qpc_resp.payload.record)
-                m.d.comb += [fetching.eq(1),
-                             la_addr.eq(ring_addr(rec.sq_ci, rec))]
+                # as many as the queue has room for (pf_n < kpf here), the QP has posted and the quota uses
+                avail, room_ = Signal(16), Signal(range(kpf + 1))
+                m.d.comb += [fetching.eq(1), la_addr.eq(ring_addr(rec.sq_ci, rec)), avail.eq(rec.sq_pi - rec.sq_ci),
+                             room_.eq(kpf - pf_n),
+                             la_want.eq(Mux((avail < room_) & (avail < quota), avail, Mux(quota < room_, quota, room_)))]
                 with m.If(self.qpc_resp.valid):
                     with m.If((self.qpc_resp.payload.status == Status.OK) & (rec.sq_ci != rec.sq_pi) &
                               ((rec.state == QpState.RTS) | (rec.state == QpState.ERROR))):
                         m.d.comb += la_raise.eq(1)
-                        m.d.sync += la_ci.eq(rec.sq_ci)
+                        m.d.sync += [la_ci.eq(rec.sq_ci), la_next.eq(rec.sq_ci + 1), la_base.eq(rec.sq_base & ~0x3F),
+                                     la_mask.eq((Const(1, 17) << rec.log_sq_size[:4]) - 1)]
                     m.d.sync += la_rts.eq((self.qpc_resp.payload.status == Status.OK) & (rec.state == QpState.RTS))
                     m.next = "Send-Loop"
 
@@ -892,7 +915,7 @@ class DescriptorEngine(wiring.Component):
             with m.State("Turn-End"):
                 m.d.sync += Assert(~d_active, "engine: a turn ends before the one it took over from\n")
                 m.d.sync += sending.eq(0)
-                with m.If(pf_n > la_valid):
+                with m.If(pf_n > la_held):
                     m.d.comb += next_take.eq(1)               # only the lookahead may stay between turns
                 with m.Elif((ctx.sq_ci != ctx.sq_pi) &
                           ((ctx.state == QpState.RTS) | (ctx.state == QpState.ERROR))):
@@ -900,7 +923,7 @@ class DescriptorEngine(wiring.Component):
                 with m.Else():
                     m.d.comb += [sched_w.en.eq(1), sched_w.data.eq(0)]
                     m.d.sync += offset.eq(0)
-                with m.If(pf_n <= la_valid):
+                with m.If(pf_n <= la_held):
                     m.next = "Idle"
 
         # qpc_resp.ready is 1 (see request()): a response outside these states would be lost. An

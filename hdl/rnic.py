@@ -109,7 +109,7 @@ class Rnic(wiring.Component):
         self.width, self.max_mtu = width, max_mtu
         self.max_qps, self.window, self.payload_queue = max_qps, window, payload_queue
         self.desc_queue = desc_queue
-        self.wqe_prefetch = wqe_prefetch if wqe_prefetch is not None else 4 if width == 64 else 8
+        self.wqe_prefetch = wqe_prefetch if wqe_prefetch is not None else 8
         super().__init__({
             "s_axil": In(AXI4LiteSignature(addr_width=16, data_width=32)),
             "m_axi": Out(AXI4Signature(addr_width=64, data_width=width, id_width=6)),
