@@ -282,6 +282,7 @@ class DescriptorEngine(wiring.Component):
         # The WQE's check against its QP (0 or a CQE status), made on the WQE as it is fetched
         # (wqe_next) and registered with it: the context fields it reads do not change within a turn.
         validate = Signal(8)
+        w_short = Signal()             # wqe_raw was read short (bytes 40..63 are not this WQE's)
         validate_next = Signal(8)
         w_next = data.View(wqe_layout, wqe_next)
         ctx_ok = ((ctx.service <= 2) & (ctx.path_mtu >= 1) & (ctx.path_mtu <= self.max_mtu) & (ctx.link_mode <= 4)
@@ -386,17 +387,28 @@ class DescriptorEngine(wiring.Component):
         fifo = BlockFIFO if ww == 64 else SyncFIFOBuffered
         m.submodules.wqe_beats = wqe_beats = fifo(width=ww + 2, depth=max(2, nb * kpf))
         beat_data, beat_err, beat_last = wqe_beats.r_data[:ww], wqe_beats.r_data[ww], wqe_beats.r_data[ww + 1]
+        # An RC or UC WQE is read short: its first ``ns`` beats hold every field such a WQE uses
+        # (bytes 0..39) but inline data; Fetched reads an inline one again in full (``full_read``).
+        ns = -(-40 * 8 // ww)
         # the oldest burst's beats gather in wqe_next, so Fetch-R takes a whole WQE in one clock
         next_err = Signal()
         next_valid = Signal()
+        next_short = Signal()          # the gathered burst was short: bytes beyond 40 are stale
+        gbeat = Signal(range(nb))
         next_take = Signal()           # Fetch-R takes it, or Fetch / Turn-End drops it
         m.d.comb += wqe_beats.r_en.eq(~next_valid)
         with m.If(wqe_beats.r_rdy & ~next_valid):
-            m.d.sync += [wqe_next.eq(Cat(wqe_next[ww:], beat_data)), next_err.eq(next_err | beat_err),
-                         next_valid.eq(beat_last)]
+            for k in range(nb):
+                with m.If(gbeat == k):
+                    m.d.sync += wqe_next[k * ww:(k + 1) * ww].eq(beat_data)
+            m.d.sync += [next_err.eq(next_err | beat_err), next_valid.eq(beat_last),
+                         gbeat.eq(Mux(beat_last, 0, gbeat + 1)), next_short.eq(gbeat != nb - 1)]
         with m.If(next_take & next_valid):
             m.d.sync += [next_valid.eq(0), next_err.eq(0)]
-        m.d.comb += [axi.arsize.eq(exact_log2(ww // 8)), axi.arburst.eq(1), axi.arlen.eq(nb - 1), axi.bready.eq(1),
+        pf_short = Signal()            # the prefetcher's or lookahead's AR is a short one
+        full_read = Signal()           # Fetch reads the WQE in full (an inline WQE read short)
+        m.d.comb += [axi.arsize.eq(exact_log2(ww // 8)), axi.arburst.eq(1), axi.bready.eq(1),
+                     axi.arlen.eq(Mux(Mux(pf_valid, pf_short, ~full_read & (ctx.service != ServiceType.UD)), ns - 1, nb - 1)),
                      axi.arvalid.eq(pf_valid | fetch_ar), axi.araddr.eq(Mux(pf_valid, pf_addr, ring_addr(issue_ci))),
                      axi.rready.eq(wqe_beats.w_rdy), wqe_beats.w_en.eq(axi.rvalid),
                      wqe_beats.w_data.eq(Cat(axi.rdata, axi.rresp[1], axi.rlast))]
@@ -417,6 +429,7 @@ class DescriptorEngine(wiring.Component):
         la_ci = Signal(16)
         la_addr = Signal(64)
         la_want = Signal(range(kpf + 1))
+        la_short_next = Signal()
         la_todo = Signal(range(kpf + 1))
         la_cnt = Signal(range(kpf + 1))
         la_next = Signal(16)           # the next WQE index to ask for
@@ -430,13 +443,16 @@ class DescriptorEngine(wiring.Component):
         m.d.sync += pf_n.eq(pf_n + (pf_raise | la_raise | la_more | (fetch_ar & axi.arready)) - pf_taken)
         m.d.sync += Assert((pf_n != kpf) | ~(pf_raise | la_raise | la_more | (fetch_ar & axi.arready)) | pf_taken,
                            "engine: more WQE bursts asked for than the queue holds\n")
+        la_short = Signal()
         with m.If(pf_raise):
-            m.d.sync += [pf_valid.eq(1), pf_addr.eq(ring_addr(pf_ci)), pf_ci.eq(pf_ci + 1)]
+            m.d.sync += [pf_valid.eq(1), pf_addr.eq(ring_addr(pf_ci)), pf_ci.eq(pf_ci + 1),
+                         pf_short.eq(ctx.service != ServiceType.UD)]
         with m.If(la_raise):
-            m.d.sync += [pf_valid.eq(1), pf_addr.eq(la_addr), la_valid.eq(1), la_cnt.eq(1), la_todo.eq(la_want - 1)]
+            m.d.sync += [pf_valid.eq(1), pf_addr.eq(la_addr), la_valid.eq(1), la_cnt.eq(1), la_todo.eq(la_want - 1),
+                         pf_short.eq(la_short_next)]
         with m.If(la_more):
             m.d.sync += [pf_valid.eq(1), pf_addr.eq(la_base + ((la_next & la_mask) << 6)), la_next.eq(la_next + 1),
-                         la_cnt.eq(la_cnt + 1), la_todo.eq(la_todo - 1)]
+                         la_cnt.eq(la_cnt + 1), la_todo.eq(la_todo - 1), pf_short.eq(la_short)]
 
         # --- the control FSM ---------------------------------------------------------------------------
         req = self.qpc_req.payload
@@ -637,7 +653,7 @@ class DescriptorEngine(wiring.Component):
             with m.State("Fetch"):
                 m.d.comb += fetching.eq(1)
                 m.d.comb += la_hold.eq(1)
-                with m.If(la_valid & (la_qpn == qpn) & (la_ci == issue_ci) & (pf_n == la_cnt)):
+                with m.If(la_valid & (la_qpn == qpn) & (la_ci == issue_ci) & (pf_n == la_cnt) & ~full_read):
                     m.d.sync += [la_valid.eq(0), pf_ci.eq(la_next)]      # the lookahead is this WQE and on
                     m.next = "Fetch-R"
                 with m.Elif(pf_n != 0):
@@ -651,12 +667,18 @@ class DescriptorEngine(wiring.Component):
             with m.State("Fetch-R"):
                 m.d.comb += [fetching.eq(1), next_take.eq(1)]
                 with m.If(next_valid):
-                    m.d.sync += [wqe_raw.eq(wqe_next), validate.eq(validate_next), rerr.eq(next_err)]
+                    m.d.sync += [wqe_raw.eq(wqe_next), validate.eq(validate_next), rerr.eq(next_err),
+                                 w_short.eq(next_short), full_read.eq(0)]
                     m.next = "Fetched"
             with m.State("Fetched"):
                 m.d.comb += fetching.eq(1)
                 m.d.sync += [do_cqe.eq(1), ret.eq(RET_LOOP)]
-                with m.If(Mux(chained, rerr | (validate != 0),
+                with m.If(w_short & inline & ~rerr & ~flush_mode):
+                    # inline data is in bytes 32..63: read this WQE again, in full (issue_ci and
+                    # chained stay; Fetch drops the newer bursts first)
+                    m.d.sync += full_read.eq(1)
+                    m.next = "Fetch"
+                with m.Elif(Mux(chained, rerr | (validate != 0),
                               d_active & (rerr | flush_mode | ((offset == 0) & (validate != 0))))):
                     # handled in order after the packets in flight (this turn's, or the draining
                     # turn's, whose CQEs come first): drain, then Loop fetches it again
@@ -749,6 +771,7 @@ class DescriptorEngine(wiring.Component):
                 # as many as the queue has room for (pf_n < kpf here), the QP has posted and the quota uses
                 avail, room_ = Signal(16), Signal(range(kpf + 1))
                 m.d.comb += [fetching.eq(1), la_addr.eq(ring_addr(rec.sq_ci, rec)), avail.eq(rec.sq_pi - rec.sq_ci),
+                             la_short_next.eq(rec.service != ServiceType.UD),
                              room_.eq(kpf - pf_n),
                              la_want.eq(Mux((avail < room_) & (avail < quota), avail, Mux(quota < room_, quota, room_)))]
                 with m.If(self.qpc_resp.valid):
@@ -756,6 +779,7 @@ class DescriptorEngine(wiring.Component):
                               ((rec.state == QpState.RTS) | (rec.state == QpState.ERROR))):
                         m.d.comb += la_raise.eq(1)
                         m.d.sync += [la_ci.eq(rec.sq_ci), la_next.eq(rec.sq_ci + 1), la_base.eq(rec.sq_base & ~0x3F),
+                                     la_short.eq(la_short_next),
                                      la_mask.eq((Const(1, 17) << rec.log_sq_size[:4]) - 1)]
                     m.d.sync += la_rts.eq((self.qpc_resp.payload.status == Status.OK) & (rec.state == QpState.RTS))
                     m.next = "Send-Loop"
