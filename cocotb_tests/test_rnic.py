@@ -160,7 +160,15 @@ async def test_handoff(dut):
     for k, quota in enumerate((16, 4, 2, 1, 16, 4)):
         tb.reseed(seed + k)
         await tb.run(handoff_workload(tb.rng, quota), latency=(1, 60), pause=0.1, sink_pause=tb.rng.choice([0.0, 0.2]))
-    # overlap: two QPs of unsignaled 64-byte SENDs, memory latency 100, sink always ready
+    # overlap: two QPs of unsignaled 64-byte SENDs, memory latency 100, sink always ready; their
+    # WQEs (RC, not inline) are read short, 40 bytes in whole beats
+    lens = collections.Counter()
+
+    async def wqe_ars():
+        while True:
+            await RisingEdge(dut.clk)
+            if int(dut.m_axi__arvalid.value) and int(dut.m_axi__arready.value) and int(dut.m_axi__arid.value) >> 4 == 2:
+                lens[int(dut.m_axi__arlen.value) + 1] += 1
     b = WorkloadBuilder(2, rng=tb.rng, quota=4, max_qps=MAX_QPS)
     for q in range(2):
         b.cq(q)
@@ -168,7 +176,11 @@ async def test_handoff(dut):
         for _ in range(12):
             b.post(q, WqeOpcode.SEND, 64, flags=WqeFlags(0))
     watch.starts.clear(), watch.ends.clear()
+    cocotb.start_soon(wqe_ars())
     model = await tb.run(b.build(), fixed_latency=100)
+    short = -(-40 // (tb.width // 8))
+    assert set(lens) == {short}, f"seed {seed}: WQE reads of {dict(lens)} beats, not {short}"
+
     qps = [p.qpn for p in model.packets]
     gaps = [watch.starts[i] - watch.ends[i - 1] for i in range(1, len(qps)) if qps[i] != qps[i - 1]]
     dut._log.info(f"seed {seed}: clocks from a turn's last frame to the next turn's first: {gaps}")
@@ -576,7 +588,7 @@ def test_rnic():
     run(build_rnic(), "test_rnic", seed=seed_from_env(), test_dir=Path(__file__).resolve().parent)
 
 
-_WIDE_TESTS = ("test_every_mode_and_opcode,test_random_traffic,test_wqe_prefetch,test_read_width,test_verbs,"
+_WIDE_TESTS = ("test_every_mode_and_opcode,test_random_traffic,test_wqe_prefetch,test_handoff,test_read_width,test_verbs,"
                "test_interrupt_moderation,test_bad_input")
 
 

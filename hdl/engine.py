@@ -8,7 +8,8 @@ hardware form. One control FSM does the work in the model's order:
   the **ready list** (a FIFO of ``max_qps`` entries plus one *scheduled* bit per QP, so a QP is in it
   at most once);
 * a **turn** pops the head QP, reads its context and does up to ``SCHED_QUOTA`` steps;
-* a **send step** fetches the WQE (one 8-beat burst on ``m_axi``), validates it and then **issues**
+* a **send step** fetches the WQE (one burst on ``m_axi``: 64 bytes, or the first 40 of an RC or
+  UC WQE, read again whole if it turns out inline), validates it and then **issues**
   packets: a header descriptor to the packet builder and a payload command to the payload reader,
   up to ``window`` packets ahead of their **commit**. A packet commits when the payload reader
   reports that all its data arrived; only then are its PSN (``ADD_PSN``) and counters updated, so a
@@ -19,9 +20,13 @@ hardware form. One control FSM does the work in the model's order:
   ``wqe_prefetch`` WQEs ahead of such a chain; what the chain does not use is dropped (by the next
   in-order Fetch, or at Turn-End) and read again in order. After a signaled WQE the engine waits
   until it has retired (its CQE may overflow the CQ and move the QP to ERROR);
-* when a turn has issued its last packet and only waits for commits, **Peek** looks the next turn's
-  QP (the ready list's head) up in the cache and reads its first WQE, which that turn's Fetch then
-  takes instead of reading it again;
+* once a turn has read every WQE it can use, **Peek** looks the next turn's QP (the ready list's
+  head) up in the cache and reads its first WQEs, which that turn then takes instead of reading
+  them again;
+* once a turn has issued its last packet, **Handoff** starts the next turn at once and the old
+  one *drains* beside it: its commits use its own QPN and context fields (``cd``), and D-End
+  re-queues it after the last. A QP that moves to ERROR ends its turn (the model's rule), so a
+  draining turn needs nothing but its commits;
 * completions go through :class:`rnic.hdl.completion.CqeWriter`.
 
 After reset the engine spends ``max_qps`` clocks clearing the scheduled bits (a memory, which a
