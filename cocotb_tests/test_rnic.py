@@ -197,7 +197,8 @@ _READ_FLOORS = {64: (0.80, 0.95), 128: (0.63, 0.96), 256: (0.28, 0.90), 512: (0.
 
 @cocotb.test(skip=bool(BENCH))
 async def test_read_width(dut):
-    """WQEs are read in full-width beats (512 / W a WQE) and, above W = 64, 8 ahead: one QP's 64-byte
+    """WQEs are read in full-width beats (512 / W a WQE, the first 40 bytes of an RC or UC one) and 8
+    ahead: one QP's 64-byte
     and 1 KiB SENDs (MTU 1024, 50-clock memory) reach the floors of ``_READ_FLOORS``. With the WQE
     read as 8 narrow beats at every width, 1 KiB at W = 256 was 0.832 (docs/performance.md)."""
     tb = TB(dut, _seed())

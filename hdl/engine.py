@@ -786,7 +786,8 @@ class DescriptorEngine(wiring.Component):
                         m.d.sync += [la_ci.eq(rec.sq_ci), la_next.eq(rec.sq_ci + 1), la_base.eq(rec.sq_base & ~0x3F),
                                      la_short.eq(la_short_next),
                                      la_mask.eq((Const(1, 17) << rec.log_sq_size[:4]) - 1)]
-                    m.d.sync += la_rts.eq((self.qpc_resp.payload.status == Status.OK) & (rec.state == QpState.RTS))
+                    m.d.sync += la_rts.eq((self.qpc_resp.payload.status == Status.OK) & (rec.state == QpState.RTS) &
+                                          (rec.sq_ci != rec.sq_pi))
                     m.next = "Send-Loop"
 
             # Handoff: the next turn starts on the ready list's head while this one drains beside it
@@ -801,8 +802,9 @@ class DescriptorEngine(wiring.Component):
                 rec = data.View(cached_layout, self.qpc_resp.payload.record)
                 m.d.comb += fetching.eq(1)
                 with m.If(self.qpc_resp.valid):
-                    with m.If((self.qpc_resp.payload.status == Status.OK) & (rec.sq_ci != rec.sq_pi) &
-                              (rec.state == QpState.RTS) & rdy.r_rdy & (rdy.r_data[:24] == la_qpn) &
+                    # state and indices as Peek found them (la_rts): only that QP's own requests and
+                    # doorbells change them, and neither comes in between; only the status is new
+                    with m.If((self.qpc_resp.payload.status == Status.OK) & rdy.r_rdy & (rdy.r_data[:24] == la_qpn) &
                               ~self.doorbell.valid & ~self.cq_doorbell.valid):
                         m.d.comb += rdy.r_en.eq(1)
                         m.d.sync += [d_active.eq(1), d_inflight.eq(inflight), dqpn.eq(qpn), dsquash.eq(0),
