@@ -729,7 +729,8 @@ class DescriptorEngine(wiring.Component):
                     m.next = "Commit"
                 with m.Elif(can_issue):
                     m.next = "Issue"
-                with m.Elif(~peeked & rdy.r_rdy & ~pf_valid & (pf_n < kpf) & reads_done):
+                with m.Elif(~peeked & rdy.r_rdy & ~pf_valid & (pf_n < kpf) &
+                            (reads_done | (turn_ends & (inflight != 0) & (pf_n == 0)))):
                     m.d.sync += [peeked.eq(1), la_qpn.eq(rdy.r_data[:24])]
                     m.next = "Peek"
                 with m.Elif(can_chain):
@@ -745,9 +746,6 @@ class DescriptorEngine(wiring.Component):
                 with m.Elif(turn_ends & la_rts & la_valid & (pf_n == la_cnt) & ~d_active & self.enable & rdy.r_rdy &
                             ~self.doorbell.valid & ~self.cq_doorbell.valid):
                     m.next = "Handoff"
-                with m.Elif(~peeked & rdy.r_rdy & ~pf_valid & turn_ends & (inflight != 0) & (pf_n == 0)):
-                    m.d.sync += [peeked.eq(1), la_qpn.eq(rdy.r_data[:24])]
-                    m.next = "Peek"
                 with m.Elif(inflight == 0):
                     with m.If(squash | issued_last):
                         m.next = "Loop"
@@ -766,11 +764,15 @@ class DescriptorEngine(wiring.Component):
                                  issue_psn.eq(issue_psn + psns), issued_last.eq(last)]
                     m.next = "Send-Loop"
 
-            with m.State("Peek"):
-                m.d.comb += fetching.eq(1)
-                request(Op.LOOKUP, 0, who=la_qpn)
-                with m.If(self.qpc_req.ready):
-                    m.next = "Peek-Resp"
+            def la_lookup(name):
+                """State ``name``: look the lookahead's QP up; ``name``-Resp takes the response."""
+                with m.State(name):
+                    m.d.comb += fetching.eq(1)
+                    request(Op.LOOKUP, 0, who=la_qpn)
+                    with m.If(self.qpc_req.ready):
+                        m.next = f"{name}-Resp"
+
+            la_lookup("Peek")
             with m.State("Peek-Resp"):
                 rec = data.View(cached_layout, self.qpc_resp.payload.record)
                 # as many as the queue has room for (pf_n < kpf here), the QP has posted and the quota uses
@@ -793,11 +795,7 @@ class DescriptorEngine(wiring.Component):
             # Handoff: the next turn starts on the ready list's head while this one drains beside it
             # (D-End re-queues it). Only onto a QP in RTS (a flush's CQEs would pass this turn's), and
             # only while no doorbell waits (doorbells are taken between turns).
-            with m.State("Handoff"):
-                m.d.comb += fetching.eq(1)
-                request(Op.LOOKUP, 0, who=la_qpn)
-                with m.If(self.qpc_req.ready):
-                    m.next = "Handoff-Resp"
+            la_lookup("Handoff")
             with m.State("Handoff-Resp"):
                 rec = data.View(cached_layout, self.qpc_resp.payload.record)
                 m.d.comb += fetching.eq(1)
