@@ -382,9 +382,21 @@ class DescriptorEngine(wiring.Component):
         fetch_ar = Signal()
         fetching = Signal()            # Fetch, Fetch-R, Fetched: the prefetcher waits (wqe is not whole)
 
+        def ring_mask(qp):
+            return (Const(1, 17) << qp.log_sq_size[:4]) - 1
+
+        def slot_addr(base, mask, ci):
+            """Host address of slot ``ci`` of the SQ ring at ``base`` (64-byte aligned) whose index mask
+            is ``mask``."""
+            return base + ((ci & mask) << 6)
+
         def ring_addr(ci, qp=ctx):
             """Host address of SQ slot ``ci`` of the QP whose context is ``qp``."""
-            return (qp.sq_base & ~0x3F) + ((ci & ((Const(1, 17) << qp.log_sq_size[:4]) - 1)) << 6)
+            return slot_addr(qp.sq_base & ~0x3F, ring_mask(qp), ci)
+
+        def has_work(qp):
+            """The QP of context ``qp`` goes (back) into the ready list: WQEs posted, RTS or ERROR."""
+            return (qp.sq_ci != qp.sq_pi) & ((qp.state == QpState.RTS) | (qp.state == QpState.ERROR))
 
         ww = self.wqe_width
         nb = 512 // ww
@@ -413,7 +425,7 @@ class DescriptorEngine(wiring.Component):
         pf_short = Signal()            # the prefetcher's or lookahead's AR is a short one
         full_read = Signal()           # Fetch reads the WQE in full (an inline WQE read short)
         m.d.comb += [axi.arsize.eq(exact_log2(ww // 8)), axi.arburst.eq(1), axi.bready.eq(1),
-                     axi.arlen.eq(Mux(Mux(pf_valid, pf_short, ~full_read & (ctx.service != ServiceType.UD)), ns - 1, nb - 1)),
+                     axi.arlen.eq(Mux(Mux(pf_valid, pf_short, ~full_read & ~ud), ns - 1, nb - 1)),
                      axi.arvalid.eq(pf_valid | fetch_ar), axi.araddr.eq(Mux(pf_valid, pf_addr, ring_addr(issue_ci))),
                      axi.rready.eq(wqe_beats.w_rdy), wqe_beats.w_en.eq(axi.rvalid),
                      wqe_beats.w_data.eq(Cat(axi.rdata, axi.rresp[1], axi.rlast))]
@@ -451,12 +463,12 @@ class DescriptorEngine(wiring.Component):
         la_short = Signal()
         with m.If(pf_raise):
             m.d.sync += [pf_valid.eq(1), pf_addr.eq(ring_addr(pf_ci)), pf_ci.eq(pf_ci + 1),
-                         pf_short.eq(ctx.service != ServiceType.UD)]
+                         pf_short.eq(~ud)]
         with m.If(la_raise):
             m.d.sync += [pf_valid.eq(1), pf_addr.eq(la_addr), la_valid.eq(1), la_cnt.eq(1), la_todo.eq(la_want - 1),
                          pf_short.eq(la_short_next)]
         with m.If(la_more):
-            m.d.sync += [pf_valid.eq(1), pf_addr.eq(la_base + ((la_next & la_mask) << 6)), la_next.eq(la_next + 1),
+            m.d.sync += [pf_valid.eq(1), pf_addr.eq(slot_addr(la_base, la_mask, la_next)), la_next.eq(la_next + 1),
                          la_cnt.eq(la_cnt + 1), la_todo.eq(la_todo - 1), pf_short.eq(la_short)]
 
         # --- the control FSM ---------------------------------------------------------------------------
@@ -782,12 +794,11 @@ class DescriptorEngine(wiring.Component):
                              room_.eq(kpf - pf_n),
                              la_want.eq(Mux((avail < room_) & (avail < quota), avail, Mux(quota < room_, quota, room_)))]
                 with m.If(self.qpc_resp.valid):
-                    with m.If((self.qpc_resp.payload.status == Status.OK) & (rec.sq_ci != rec.sq_pi) &
-                              ((rec.state == QpState.RTS) | (rec.state == QpState.ERROR))):
+                    with m.If((self.qpc_resp.payload.status == Status.OK) & has_work(rec)):
                         m.d.comb += la_raise.eq(1)
                         m.d.sync += [la_ci.eq(rec.sq_ci), la_next.eq(rec.sq_ci + 1), la_base.eq(rec.sq_base & ~0x3F),
                                      la_short.eq(la_short_next),
-                                     la_mask.eq((Const(1, 17) << rec.log_sq_size[:4]) - 1)]
+                                     la_mask.eq(ring_mask(rec))]
                     m.d.sync += la_rts.eq((self.qpc_resp.payload.status == Status.OK) & (rec.state == QpState.RTS) &
                                           (rec.sq_ci != rec.sq_pi))
                     m.next = "Send-Loop"
@@ -934,7 +945,7 @@ class DescriptorEngine(wiring.Component):
             # the draining turn's last commit is done: its QP goes back to the ready list (or leaves)
             with m.State("D-End"):
                 m.d.comb += in_dend.eq(1)
-                with m.If((dctx.sq_ci != dctx.sq_pi) & ((dctx.state == QpState.RTS) | (dctx.state == QpState.ERROR))):
+                with m.If(has_work(dctx)):
                     m.d.comb += [rdy.w_en.eq(1), rdy.w_data.eq(Cat(dqpn, doffset))]
                 with m.Else():
                     m.d.comb += [sched_w.en.eq(1), sched_w.data.eq(0)]
@@ -946,8 +957,7 @@ class DescriptorEngine(wiring.Component):
                 m.d.sync += sending.eq(0)
                 with m.If(pf_n > la_held):
                     m.d.comb += next_take.eq(1)               # only the lookahead may stay between turns
-                with m.Elif((ctx.sq_ci != ctx.sq_pi) &
-                          ((ctx.state == QpState.RTS) | (ctx.state == QpState.ERROR))):
+                with m.Elif(has_work(ctx)):
                     m.d.comb += [rdy.w_en.eq(1), rdy.w_data.eq(Cat(qpn, offset))]
                 with m.Else():
                     m.d.comb += [sched_w.en.eq(1), sched_w.data.eq(0)]

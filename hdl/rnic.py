@@ -73,8 +73,9 @@ class Rnic(wiring.Component):
         payload has arrived (store and forward), so the depth bounds how many packets are issued,
         and their payload read, ahead of the wire; issuing further ahead hides more memory latency.
     wqe_prefetch : int
-        WQE reads (one 64-byte burst each) in flight at once, 1 .. 8: the engine reads up to
-        ``wqe_prefetch - 1`` WQEs ahead of a chain of unsignaled WQEs (``docs/engine.md``).
+        WQE reads (one burst each: 64 bytes, or 40 of an RC or UC WQE) in flight at once, 1 .. 8:
+        the engine reads up to ``wqe_prefetch - 1`` WQEs ahead of a chain of unsignaled WQEs
+        (``docs/engine.md``).
         Default 8: the next turn's lookahead also needs room in the WQE queue beside the current
         turn's read-ahead (with 4 at W = 64, 16 QPs' 64-byte SENDs measured 0.766, with 8 0.949).
 
