@@ -93,25 +93,32 @@ def prefetch_workload(rng: random.Random, quota: int):
     return b.build()
 
 
+def watch_wqe_reads(dut) -> list[tuple[int, int]]:
+    """The engine's WQE reads on ``m_axi`` (AXI ID 2 in bits 5:4) from now on: ``(address, beats)``
+    per AR, appended as they are accepted."""
+    reads = []
+
+    async def watch():
+        while True:
+            await RisingEdge(dut.clk)
+            if int(dut.m_axi__arvalid.value) and int(dut.m_axi__arready.value) and int(dut.m_axi__arid.value) >> 4 == 2:
+                reads.append((int(dut.m_axi__araddr.value), int(dut.m_axi__arlen.value) + 1))
+    cocotb.start_soon(watch())
+    return reads
+
+
 @cocotb.test(skip=bool(BENCH))
 async def test_wqe_prefetch(dut):
     """WQE read-ahead: chains broken by a signaled WQE, an unreadable WQE, a bad WQE, a payload read
     error, the quota and a ring wrap; the WQEs read ahead and not used are dropped and read again."""
     seed = _seed()
     tb = TB(dut, seed)
-    reads = collections.Counter()
-
-    async def wqe_ars():
-        d = dut
-        while True:
-            await RisingEdge(d.clk)
-            if int(d.m_axi__arvalid.value) and int(d.m_axi__arready.value) and int(d.m_axi__arid.value) >> 4 == 2:
-                reads[int(d.m_axi__araddr.value)] += 1
-    cocotb.start_soon(wqe_ars())
+    wqe_reads = watch_wqe_reads(dut)
     for k, quota in enumerate((16, 3, 1)):
         tb.reseed(seed + k)
-        reads.clear()
+        wqe_reads.clear()
         await tb.run(prefetch_workload(tb.rng, quota), latency=(1, 60), pause=0.2, sink_pause=0.2)
+        reads = collections.Counter(addr for addr, _ in wqe_reads)
         again = sum(n - 1 for n in reads.values())
         dut._log.info(f"quota {quota}: {sum(reads.values())} WQE reads of {len(reads)} WQEs")
         if quota > 1:
@@ -162,13 +169,6 @@ async def test_handoff(dut):
         await tb.run(handoff_workload(tb.rng, quota), latency=(1, 60), pause=0.1, sink_pause=tb.rng.choice([0.0, 0.2]))
     # overlap: two QPs of unsignaled 64-byte SENDs, memory latency 100, sink always ready; their
     # WQEs (RC, not inline) are read short, 40 bytes in whole beats
-    lens = collections.Counter()
-
-    async def wqe_ars():
-        while True:
-            await RisingEdge(dut.clk)
-            if int(dut.m_axi__arvalid.value) and int(dut.m_axi__arready.value) and int(dut.m_axi__arid.value) >> 4 == 2:
-                lens[int(dut.m_axi__arlen.value) + 1] += 1
     b = WorkloadBuilder(2, rng=tb.rng, quota=4, max_qps=MAX_QPS)
     for q in range(2):
         b.cq(q)
@@ -176,8 +176,9 @@ async def test_handoff(dut):
         for _ in range(12):
             b.post(q, WqeOpcode.SEND, 64, flags=WqeFlags(0))
     watch.starts.clear(), watch.ends.clear()
-    cocotb.start_soon(wqe_ars())
+    wqe_reads = watch_wqe_reads(dut)
     model = await tb.run(b.build(), fixed_latency=100)
+    lens = collections.Counter(beats for _, beats in wqe_reads)
     short = -(-40 // (tb.width // 8))
     assert set(lens) == {short}, f"seed {seed}: WQE reads of {dict(lens)} beats, not {short}"
 
