@@ -29,6 +29,7 @@ The model is :class:`rnic.model.qpc.QpcCacheModel`; ``docs/qp-context.md`` has t
 """
 
 from amaranth import Array, Cat, Const, Module, Mux, Signal, unsigned
+from amaranth.hdl import Assert
 from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -295,6 +296,10 @@ class QpCache(wiring.Component):
         wb_idx = Mux(mshr_busy, mshr_idx, c_idx)
         m.d.comb += tag_rp[2].addr.eq(wb_idx[way_bits:] if set_bits else 0)
         wb_tag = Array(lane(tag_rp[2], w) for w in range(W))[wb_idx[:way_bits] if way_bits else 0]
+        # its record's address, a clock after wb_idx is set (the MSHR's and control's write-backs
+        # start two clocks after it): the tag read and the 57-bit adder stay off the AW path
+        wb_addr = Signal(64)
+        m.d.sync += wb_addr.eq(rec_addr(wb_tag))
 
         # ===== s0: compare the incoming request, so that s1 addresses the memory from a register
         s0_hit, s0_idx = compare(self.req.payload.qpn, "s0_hit", tag_rp[0])
@@ -306,6 +311,12 @@ class QpCache(wiring.Component):
         took = Signal()              # s1 took a request in the clock before
         s1_r_ctrl = Signal()         # b is of the control port's QPN
         s1_hit_r, s1_idx_r, s1_bad_r = Mux(took, a_hit, b_hit), Mux(took, a_idx, b_idx), Mux(took, a_bad, b_bad)
+        # The registered compares are stale if a tag or valid bit they saw has changed. A hit's
+        # entry can only fall (tags are written only into the hidden victim): it is fresh while its
+        # valid bit is still 1. A miss can only turn into a hit by an install (or a victim's
+        # restore): it is fresh unless the MSHR loaded at the last edge. Both are a few LUTs from
+        # flip-flops; valid_d and tag_wr_d check in simulation that they never pass a stale compare.
+        load_d = Signal()
         valid_d = Signal(E)
         tag_wr_d = Signal()
         m.d.sync += [valid_d.eq(Cat(*valid)), tag_wr_d.eq(tag_wp.en.any())]
@@ -335,10 +346,13 @@ class QpCache(wiring.Component):
         mshr_load = Signal()
         s2_advance = s2_valid & self.resp.ready
         s2_free = ~s2_valid | self.resp.ready
-        # The registered compare is stale if its hit entry has just been invalidated, or, for a
-        # miss, if any entry has just become valid or a tag has just been written.
+        fresh = Mux(s1_hit_r, Mux(took, valid_a[a_idx], valid_a[b_idx]), ~load_d)
         fell, rose = valid_d & ~Cat(*valid), ~valid_d & Cat(*valid)
-        fresh = Mux(s1_hit_r, ~fell.bit_select(s1_idx_r, 1), ~rose.any() & ~tag_wr_d)
+        m.d.sync += [
+            load_d.eq(mshr_load),
+            Assert(~fresh | Mux(s1_hit_r, ~fell.bit_select(s1_idx_r, 1), ~rose.any() & ~tag_wr_d),
+                   "qp_cache: s1 passed a stale compare\n"),
+        ]
         s1_can_go = fresh & (s1_bad_r | s1_hit_r | ~mshr_busy)
         s1_advance = s1_valid & s1_can_go & s2_free & ~mshr_load
         s1_miss = ~s1_bad_r & ~s1_hit_r
@@ -430,21 +444,23 @@ class QpCache(wiring.Component):
         with m.Elif(s2_writes):
             m.d.sync += fwd_rec.eq(rec)
 
-        # after allocation: one clock to read the victim's mutable bytes, one to capture them and
-        # its dirty bit (nothing can write the hidden victim meanwhile)
+        # after allocation: one clock to read the victim's mutable bytes, one to capture them
+        # (nothing can write the hidden victim meanwhile:
+        # its dirty bit, and so whether to write it back, is read in the first clock)
+        mshr_wb_go = Signal()
         with m.If(mshr_rd):
-            m.d.sync += [mshr_rd.eq(0), mshr_cap.eq(1)]
+            m.d.sync += [mshr_rd.eq(0), mshr_cap.eq(1), mshr_wb_go.eq(mshr_victim_valid & dirty_a[mshr_idx])]
         with m.If(mshr_cap):
             m.d.sync += [
                 mshr_cap.eq(0), mshr_captured.eq(1),
-                mshr_wb_need.eq(mshr_victim_valid & dirty_a[mshr_idx]),
+                mshr_wb_need.eq(mshr_wb_go),
                 wb_buf.eq(mut_rp.data),
             ]
-            with m.If(mshr_victim_valid & dirty_a[mshr_idx]):
+            with m.If(mshr_wb_go):
                 m.d.sync += count("writebacks")
                 m.d.comb += [
                     we_start.eq(1), we_from_ctrl.eq(0), we_start_len.eq(_WB_BEATS - 1),
-                    we_start_addr.eq(rec_addr(wb_tag)),
+                    we_start_addr.eq(wb_addr),
                 ]
 
         # ===== MSHR: fetch, write-back, install ==============================================
@@ -522,6 +538,7 @@ class QpCache(wiring.Component):
         c_op = self.ctrl.payload.op
         c_status = Signal(Status)
         c_cnt = Signal(range(E + 1))     # flush position
+        c_hit, c_bad = Signal(), Signal()  # the control port's QPN compare, registered in Drain
         drained = ~s1_valid & ~s2_valid & ~mshr_busy & ~we_busy
 
         with m.FSM(name="ctrl_fsm"):
@@ -533,27 +550,32 @@ class QpCache(wiring.Component):
             with m.State("Drain"):
                 m.d.comb += ctrl_block.eq(1)
                 with m.If(drained & s1_r_ctrl & fresh):
-                    with m.If((c_op != CtrlOp.FLUSH) & s1_bad_r):
-                        m.d.sync += c_status.eq(Status.BAD_QPN)
-                        m.next = "Ack"
-                    with m.Elif(c_op == CtrlOp.MODIFY):
-                        with m.If(s1_hit_r):
-                            m.d.sync += [valid_a[s1_idx_r].eq(0), dirty_a[s1_idx_r].eq(0)]
-                        m.d.comb += [
-                            we_start.eq(1), we_from_ctrl.eq(1), we_start_len.eq(_BEATS - 1),
-                            we_start_addr.eq(rec_addr(self.ctrl.payload.qpn)),
-                        ]
-                        m.next = "Write"
-                    with m.Elif(c_op == CtrlOp.INVALIDATE):
-                        with m.If(s1_hit_r & dirty_a[s1_idx_r]):
-                            m.d.sync += c_idx.eq(s1_idx_r)
-                            m.next = "Read-Addr"
-                        with m.Else():
-                            with m.If(s1_hit_r):
-                                m.d.sync += valid_a[s1_idx_r].eq(0)
-                            m.next = "Ack"
+                    m.d.sync += [c_hit.eq(s1_hit_r), c_bad.eq(s1_bad_r), c_idx.eq(s1_idx_r)]
+                    m.next = "Decide"
+            with m.State("Decide"):
+                # one clock between the compare and what it decides: off s1's critical path
+                m.d.comb += ctrl_block.eq(1)
+                with m.If((c_op != CtrlOp.FLUSH) & c_bad):
+                    m.d.sync += c_status.eq(Status.BAD_QPN)
+                    m.next = "Ack"
+                with m.Elif(c_op == CtrlOp.MODIFY):
+                    with m.If(c_hit):
+                        m.d.sync += [valid_a[c_idx].eq(0), dirty_a[c_idx].eq(0)]
+                    m.d.comb += [
+                        we_start.eq(1), we_from_ctrl.eq(1), we_start_len.eq(_BEATS - 1),
+                        we_start_addr.eq(rec_addr(self.ctrl.payload.qpn)),
+                    ]
+                    m.next = "Write"
+                with m.Elif(c_op == CtrlOp.INVALIDATE):
+                    with m.If(c_hit & dirty_a[c_idx]):
+                        m.next = "Read-Addr"
                     with m.Else():
-                        m.next = "Flush-Scan"
+                        with m.If(c_hit):
+                            m.d.sync += valid_a[c_idx].eq(0)
+                        m.next = "Ack"
+                with m.Else():
+                    m.d.sync += c_cnt.eq(0)
+                    m.next = "Flush-Scan"
             with m.State("Flush-Scan"):
                 m.d.comb += ctrl_block.eq(1)
                 with m.If(c_cnt == E):
@@ -571,7 +593,7 @@ class QpCache(wiring.Component):
                 m.d.sync += [wb_buf.eq(mut_rp.data), count("writebacks")]
                 m.d.comb += [
                     we_start.eq(1), we_from_ctrl.eq(0), we_start_len.eq(_WB_BEATS - 1),
-                    we_start_addr.eq(rec_addr(wb_tag)),
+                    we_start_addr.eq(wb_addr),
                 ]
                 m.next = "Write-Back"
             with m.State("Write-Back"):
