@@ -263,13 +263,13 @@ class DescriptorEngine(wiring.Component):
         # --- per-packet bookkeeping between issue and commit ----------------------------------------
         info_layout = data.StructLayout({"seg": 13, "psns": 24, "last": 1, "wr_id": 64, "opcode": 8,
                                          "length": 32, "signaled": 1})
-        m.submodules.info = info = BlockFIFO(width=info_layout.size, depth=window)
+        m.submodules.info = info = BlockFIFO(width=info_layout.size, depth=window, fabric_out=True)
         info_w = data.View(info_layout, info.w_data)
         info_r = data.View(info_layout, info.r_data)
 
         # --- derived values of the current QP and WQE -----------------------------------------------
-        quota = Signal(17)
-        m.d.comb += quota.eq(Mux(self.quota == 0, 1, self.quota))
+        quota = Signal(17, init=1)
+        m.d.sync += quota.eq(Mux(self.quota == 0, 1, self.quota))      # a register: off the compares
         ud = Signal()
         m.d.comb += ud.eq(ctx.service == ServiceType.UD)
         log_mtu = Signal(4)
@@ -600,14 +600,20 @@ class DescriptorEngine(wiring.Component):
                     m.next = "Idle"
             cache("DB-Lookup", Op.LOOKUP, 0, db_lookup)
 
+            db_status = Signal(8)
             with m.State("DB-Check"):
+                # the verdict is registered: the ring-fill compare stays off the CQE command's enable
                 ahead = Signal(16)
                 m.d.comb += ahead.eq(pi - ctx.sq_ci)
-                status = Signal(8)
                 with m.If((ctx.log_sq_size > MAX_LOG_RING) | (ahead > (Const(1, 17) << ctx.log_sq_size[:4]))):
-                    m.d.comb += status.eq(CqeStatus.SQ_OVERFLOW)
+                    m.d.sync += db_status.eq(CqeStatus.SQ_OVERFLOW)
                 with m.Elif((ctx.state != QpState.RTS) & (ctx.state != QpState.ERROR)):
-                    m.d.comb += status.eq(CqeStatus.QP_STATE_ERR)
+                    m.d.sync += db_status.eq(CqeStatus.QP_STATE_ERR)
+                with m.Else():
+                    m.d.sync += db_status.eq(0)
+                m.next = "DB-Verdict"
+            with m.State("DB-Verdict"):
+                status = db_status
                 with m.If(status != 0):
                     m.d.comb += inc.db_errors.eq(1)
                     report(ErrBit.DB_REJECTED, status)
