@@ -69,10 +69,11 @@ class AxiInterconnect(wiring.Component):
     and strobes pass unchanged.
 
     Address channels (AR, AW): each master's request is first taken into a one-entry buffer
-    (``ready`` = buffer empty or being emptied), then a round-robin arbiter moves one buffered
-    request per clock into the output register; the master index ``i`` is prepended to the ID
-    (``m_axi.arid = Cat(s_i.arid, i)``). Latency: two clocks from a master's handshake to ``valid``
-    on ``m_axi``; throughput one burst per clock per channel. Reads and writes arbitrate
+    (``ready`` = buffer empty, a flip-flop: no combinational path from ``m_axi``'s ``ready`` back
+    to a master), then a round-robin arbiter moves one buffered request per clock into the output
+    register; the master index ``i`` is prepended to the ID (``m_axi.arid = Cat(s_i.arid, i)``).
+    Latency: two clocks from a master's handshake to ``valid`` on ``m_axi``; throughput one burst
+    per clock per channel, one per two clocks per master. Reads and writes arbitrate
     independently.
 
     W: the index of every AW moved to the output register is queued (``w_order_depth`` entries);
@@ -168,7 +169,7 @@ class AxiInterconnect(wiring.Component):
                 m.d.comb += [w_order.w_en.eq(load & anyreq), w_order.w_data.eq(pick)]
             for i, s in enumerate(ms):
                 s_valid, s_ready = getattr(s, ch + "valid"), getattr(s, ch + "ready")
-                m.d.comb += s_ready.eq(~bvalid[i] | take[i])
+                m.d.comb += s_ready.eq(~bvalid[i])      # from a register: no path from m_axi's ready
                 with m.If(s_valid & s_ready):
                     m.d.sync += bvalid[i].eq(1)
                     m.d.sync += [bufs[i][f].eq(getattr(s, ch + f)) for f in bufs[i]]
