@@ -291,6 +291,14 @@ class RegisterBlock(wiring.Component):
         with m.If(commit & cmd_act):
             m.d.sync += [cmd_valid.eq(1), cmd.op.eq(w_bits[:2]), cmd.qpn.eq(store["QPC_CMD_QPN"])]
 
+        # The engine's counter strobes are registered on the way in, so the counters' adders start
+        # from flip-flops: the counters follow by one clock, and so does STATUS.idle, which thus
+        # never shows before they have caught up. cqe_written is not (CQ events are timed to the
+        # clock, docs/engine.md): it only selects between values computed from registers.
+        cqe_written = self.cqe_written
+        inc, idle = Signal(inc_layout), Signal()
+        m.d.sync += [inc.eq(self.inc), idle.eq(self.idle)]
+
         # --- interrupt moderation -------------------------------------------------------------------
         mod_count = store["INT_MOD_COUNT"]
         mod_timer = store["INT_MOD_TIMER"]
@@ -299,9 +307,11 @@ class RegisterBlock(wiring.Component):
         tmr_run = Signal()
         pend_next = Signal(len(pending) + 1)
         count_hit, timer_hit, cq_event = Signal(), Signal(), Signal()
+        pend_inc, thr = Signal(len(pending) + 1), Signal(len(mod_count))
         m.d.comb += [
-            pend_next.eq(pending + self.cqe_written),
-            count_hit.eq(self.cqe_written & (pend_next >= Mux(mod_count == 0, 1, mod_count))),
+            pend_inc.eq(pending + 1), thr.eq(Mux(mod_count == 0, 1, mod_count)),
+            pend_next.eq(Mux(cqe_written, pend_inc, pending)),
+            count_hit.eq(cqe_written & (pend_inc >= thr)),
             timer_hit.eq(tmr_run & (tmr == 0) & (mod_timer != 0)),
             cq_event.eq(count_hit | timer_hit),
         ]
@@ -339,13 +349,16 @@ class RegisterBlock(wiring.Component):
         m.d.sync += int_status.eq(ints | set_bits)
         m.d.comb += self.irq.eq((int_status & store["INT_ENABLE"]).any())
         quiet = (db_fifo.level == 0) & (cq_fifo.level == 0) & ~cmd_valid
-        value["STATUS"] = Cat(self.idle & quiet, self.irq)
+        value["STATUS"] = Cat(idle & self.idle & quiet, self.irq)
 
         # --- counters -----------------------------------------------------------------------------------
         for name in COUNTER_NAMES:
             c = store[name.upper()]
             step = {"db_count": db_push, "irq_count": cq_event}.get(name)
-            m.d.sync += c.eq(c + (getattr(self.inc, name) if step is None else step))
+            if step is None:
+                m.d.sync += c.eq(c + getattr(inc, name))
+            else:                                    # a late strobe selects, it does not add
+                m.d.sync += c.eq(Mux(step, c + 1, c))
 
         # --- SGID table: one memory per field, 16 entries, byte-writable ------------------------------
         # Each has two synchronous read ports: the engine's (sgid_index, every clock) and the bus's
