@@ -791,23 +791,33 @@ class DescriptorEngine(wiring.Component):
                         m.next = f"{name}-Resp"
 
             la_lookup("Peek")
+            # Peek-Resp registers the fields the lookahead needs; Peek-Go computes from them (the
+            # cache's response feeds only flip-flops here, not the burst arithmetic)
+            la_rec = Signal(data.StructLayout({"state": QpState, "sq_ci": 16, "sq_pi": 16, "service": 8,
+                                                    "log_sq_size": 8, "sq_base": 64}))
+            la_ok = Signal()
             with m.State("Peek-Resp"):
                 rec = data.View(cached_layout, self.qpc_resp.payload.record)
+                m.d.comb += fetching.eq(1)
+                with m.If(self.qpc_resp.valid):
+                    m.d.sync += [la_ok.eq(self.qpc_resp.payload.status == Status.OK),
+                                 [getattr(la_rec, f).eq(getattr(rec, f)) for f in la_rec.shape().members]]
+                    m.next = "Peek-Go"
+            with m.State("Peek-Go"):
+                rec = la_rec
                 # as many as the queue has room for (pf_n < kpf here), the QP has posted and the quota uses
                 avail, room_ = Signal(16), Signal(range(kpf + 1))
                 m.d.comb += [fetching.eq(1), la_addr.eq(ring_addr(rec.sq_ci, rec)), avail.eq(rec.sq_pi - rec.sq_ci),
                              la_short_next.eq(rec.service != ServiceType.UD),
                              room_.eq(kpf - pf_n),
                              la_want.eq(Mux((avail < room_) & (avail < quota), avail, Mux(quota < room_, quota, room_)))]
-                with m.If(self.qpc_resp.valid):
-                    with m.If((self.qpc_resp.payload.status == Status.OK) & has_work(rec)):
-                        m.d.comb += la_raise.eq(1)
-                        m.d.sync += [la_ci.eq(rec.sq_ci), la_next.eq(rec.sq_ci + 1), la_base.eq(rec.sq_base & ~0x3F),
-                                     la_short.eq(la_short_next),
-                                     la_mask.eq(ring_mask(rec))]
-                    m.d.sync += la_rts.eq((self.qpc_resp.payload.status == Status.OK) & (rec.state == QpState.RTS) &
-                                          (rec.sq_ci != rec.sq_pi))
-                    m.next = "Send-Loop"
+                with m.If(la_ok & has_work(rec)):
+                    m.d.comb += la_raise.eq(1)
+                    m.d.sync += [la_ci.eq(rec.sq_ci), la_next.eq(rec.sq_ci + 1), la_base.eq(rec.sq_base & ~0x3F),
+                                 la_short.eq(la_short_next),
+                                 la_mask.eq(ring_mask(rec))]
+                m.d.sync += la_rts.eq(la_ok & (rec.state == QpState.RTS) & (rec.sq_ci != rec.sq_pi))
+                m.next = "Send-Loop"
 
             # Handoff: the next turn starts on the ready list's head while this one drains beside it
             # (D-End re-queues it). Only onto a QP in RTS (a flush's CQEs would pass this turn's), and
