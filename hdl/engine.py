@@ -613,12 +613,11 @@ class DescriptorEngine(wiring.Component):
                     m.d.sync += db_status.eq(0)
                 m.next = "DB-Verdict"
             with m.State("DB-Verdict"):
-                status = db_status
-                with m.If(status != 0):
+                with m.If(db_status != 0):
                     m.d.comb += inc.db_errors.eq(1)
-                    report(ErrBit.DB_REJECTED, status)
+                    report(ErrBit.DB_REJECTED, db_status)
                     m.d.sync += [cq_cmd.op.eq(CqOp.CQE), cq_cmd.cqn.eq(ctx.cqn), cq_cmd.qpn.eq(qpn),
-                                 cq_cmd.status.eq(status), cq_cmd.wqe_index.eq(pi), cq_cmd.byte_len.eq(0),
+                                 cq_cmd.status.eq(db_status), cq_cmd.wqe_index.eq(pi), cq_cmd.byte_len.eq(0),
                                  cq_cmd.wr_id.eq(0), cq_cmd.opcode.eq(0),
                                  do_cqe.eq(1), ret.eq(RET_DB), retire_cnt.eq(0)]
                     m.next = "Fail-SetError"

@@ -444,9 +444,8 @@ class QpCache(wiring.Component):
         with m.Elif(s2_writes):
             m.d.sync += fwd_rec.eq(rec)
 
-        # after allocation: one clock to read the victim's mutable bytes, one to capture them
-        # (nothing can write the hidden victim meanwhile:
-        # its dirty bit, and so whether to write it back, is read in the first clock)
+        # after allocation: one clock to read the victim's mutable bytes and its dirty bit (whether
+        # to write it back), one to capture the bytes (nothing can write the hidden victim meanwhile)
         mshr_wb_go = Signal()
         with m.If(mshr_rd):
             m.d.sync += [mshr_rd.eq(0), mshr_cap.eq(1), mshr_wb_go.eq(mshr_victim_valid & dirty_a[mshr_idx])]
@@ -574,7 +573,6 @@ class QpCache(wiring.Component):
                             m.d.sync += valid_a[c_idx].eq(0)
                         m.next = "Ack"
                 with m.Else():
-                    m.d.sync += c_cnt.eq(0)
                     m.next = "Flush-Scan"
             with m.State("Flush-Scan"):
                 m.d.comb += ctrl_block.eq(1)

@@ -295,7 +295,6 @@ class RegisterBlock(wiring.Component):
         # from flip-flops: the counters follow by one clock, and so does STATUS.idle, which thus
         # never shows before they have caught up. cqe_written is not (CQ events are timed to the
         # clock, docs/engine.md): it only selects between values computed from registers.
-        cqe_written = self.cqe_written
         inc, idle = Signal(inc_layout), Signal()
         m.d.sync += [inc.eq(self.inc), idle.eq(self.idle)]
 
@@ -310,8 +309,8 @@ class RegisterBlock(wiring.Component):
         pend_inc, thr = Signal(len(pending) + 1), Signal(len(mod_count))
         m.d.comb += [
             pend_inc.eq(pending + 1), thr.eq(Mux(mod_count == 0, 1, mod_count)),
-            pend_next.eq(Mux(cqe_written, pend_inc, pending)),
-            count_hit.eq(cqe_written & (pend_inc >= thr)),
+            pend_next.eq(Mux(self.cqe_written, pend_inc, pending)),
+            count_hit.eq(self.cqe_written & (pend_inc >= thr)),
             timer_hit.eq(tmr_run & (tmr == 0) & (mod_timer != 0)),
             cq_event.eq(count_hit | timer_hit),
         ]
