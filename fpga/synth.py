@@ -117,6 +117,14 @@ def ecp5_used(pnr_report: dict) -> dict:
     return {key: util.get(cell, {}).get("used", 0) for key, cell in cells.items()}
 
 
+class _Target:
+    """What elaboration sees of the device in this flow: its ``family`` ("ecp5", "ice40"), as on
+    Amaranth's vendor platforms (rnic.hdl.prim instantiates ECP5 primitives by it)."""
+
+    def __init__(self, family: str):
+        self.family = family
+
+
 class _PortRegisters(wiring.Component):
     """Puts a flip-flop on every port of ``inner``; the outer ports keep the inner flattened names."""
 
@@ -226,7 +234,7 @@ def synthesize(component_factory, name: str, *, device: str = "ecp5-25f", target
     for stale in ("report.json", "stat.json", "nextpnr.log", "top.json"):
         (workdir / stale).unlink(missing_ok=True)
     top = _PortRegisters(component_factory())
-    il = rtlil.convert(top, name="top")
+    il = rtlil.convert(top, name="top", platform=_Target(dev.family))
     (workdir / "top.il").write_text(il)
     port_bits = top.wrapper_ff + 2    # with clk and rst
     t1 = time.monotonic()
