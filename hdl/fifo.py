@@ -14,12 +14,15 @@ logic, because this queue never reads the entry it writes in the same clock (a w
 entry, a read a full one).
 """
 
-from amaranth import Module, Mux, Signal
+from amaranth import Cat, Const, Module, Mux, Signal
 from amaranth.hdl import Assert
+from amaranth.lib import wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.memory import Memory
 
-__all__ = ["BlockFIFO", "check_credit"]
+from rnic.hdl.prim import lut4
+
+__all__ = ["BlockFIFO", "CreditFIFO", "check_credit"]
 
 
 def check_credit(m, fifo, what, *, write=True, read=False):
@@ -109,4 +112,66 @@ class BlockFIFO(SyncFIFOBuffered):
             m.d.sync += inner_level.eq(inner_level + 1)
         with m.If(do_inner_read & ~do_write):
             m.d.sync += inner_level.eq(inner_level - 1)
+        return m
+
+
+def _read(nonempty, r_rdy, r_en):
+    return nonempty and (not r_rdy or r_en)
+
+
+class CreditFIFO(wiring.Component):
+    """A queue for a writer that keeps its own credit: ``w_en`` is never refused.
+
+    Same ports as ``SyncFIFOBuffered(width=, depth=)`` without the levels: ``w_en`` / ``w_data`` in;
+    ``r_data`` and ``r_rdy`` from flip-flops, ``r_en`` takes the entry shown (first word falls
+    through with one clock from the write, like ``SyncFIFOBuffered``). ``w_rdy`` (a flip-flop) is
+    1 while the storage has room, for the writer's own check (:func:`check_credit`): a write
+    while it is 0 is outside the contract. The storage (``depth - 1`` entries; LUT RAM) is
+    written straight from ``w_en``, and its fill is a thermometer code, so no level counter or
+    compare sits between ``r_en`` and the next state: the output register's enable is one LUT of
+    ``r_en`` and two flip-flops.
+    """
+
+    def __init__(self, *, width, depth):
+        if depth < 2:
+            raise ValueError(f"depth must be at least 2, not {depth!r}")
+        self.width, self.depth = width, depth
+        super().__init__({
+            "w_en": wiring.In(1), "w_data": wiring.In(width), "w_rdy": wiring.Out(1, init=1),
+            "r_en": wiring.In(1), "r_data": wiring.Out(width), "r_rdy": wiring.Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        inner = self.depth - 1
+        ring = 1 << (inner - 1).bit_length() if inner > 1 else 2
+        m.submodules.storage = storage = Memory(shape=self.width, depth=ring, init=[])
+        w_port = storage.write_port()
+        r_port = storage.read_port(domain="comb")
+        wp = Signal(range(ring))
+        rp = Signal(range(ring))
+        fill = Signal(inner)             # fill[i]: more than i entries in the storage
+        out = Signal(self.width, reset_less=True)
+        # The read decision in two copies (rnic.hdl.prim): one for the fill and pointer, one for
+        # the wide output register's enables, each placed near what it drives.
+        read, read_out = (
+            lut4(m, platform, name, lambda *b, order=order: _read(*(b[order.index(i)] for i in range(3))),
+                 [[fill[0], self.r_rdy, self.r_en][i] for i in order])
+            for name, order in (("read", (0, 1, 2)), ("read_out", (1, 0, 2))))
+        m.d.comb += [
+            w_port.addr.eq(wp), w_port.data.eq(self.w_data), w_port.en.eq(self.w_en),
+            r_port.addr.eq(rp),
+            self.r_data.eq(out),
+        ]
+        below = Cat(Const(1, 1), fill[:-1])      # fill[i - 1], 1 below entry 0
+        above = Cat(fill[1:], Const(0, 1))       # fill[i + 1], 0 above the top
+        fill_next = Signal(inner)
+        m.d.comb += fill_next.eq(Mux(self.w_en, Mux(read, fill, below), Mux(read, above, fill)))
+        m.d.sync += [wp.eq(wp + self.w_en), fill.eq(fill_next), self.w_rdy.eq(~fill_next[-1])]
+        with m.If(read_out):
+            m.d.sync += out.eq(r_port.data)
+        with m.If(read):
+            m.d.sync += [rp.eq(rp + 1), self.r_rdy.eq(1)]
+        with m.Elif(self.r_en):
+            m.d.sync += self.r_rdy.eq(0)
         return m
