@@ -19,8 +19,12 @@ spec's own bit-serial :meth:`~rnic.model.crc.CrcSpec.update`:
   each applying ``A^-(2^k)`` or passing the value through. No per-byte-count copies of the wide
   data matrix exist.
 - The loop-carried logic is only ``state' = A^N state ^ D`` with the register cleared (a
-  synchronous reset) after each last beat; ``D``, the data matrix over 64-bit chunks plus the
+  synchronous reset) after each last beat; ``D``, the data matrix over 32-bit chunks plus the
   offset term, is summed in the stages before the loop.
+- The loop register holds the state in a companion basis: ``y = K^-1 state`` with ``K`` the
+  Krylov matrix of ``A^N`` (columns ``e0, A^N e0, A^2N e0, ..``), in which ``A^N`` is a companion
+  matrix, so each loop bit is at most two register bits and its data bit (one LUT4). The data
+  and offset matrices carry ``K^-1``; one registered stage after the loop applies ``K``.
 """
 
 from __future__ import annotations
@@ -34,12 +38,14 @@ from amaranth.lib.wiring import In, Out
 from rnic.model.crc import CrcSpec
 from rnic.hdl.bus import AXIStreamSignature, PacketStream, axis_to_stream
 from rnic.hdl.fifo import check_credit
+from rnic.hdl.prim import xor_lut4
 
 __all__ = ["CrcStream", "CrcStreamAxis", "xor_tree"]
 
-# Data lanes per partial XOR sum (registered before the loop). 8 lanes = 64 bits: a ~32-input XOR
-# per CRC bit, three LUT4 levels.
-_CHUNK_LANES = 8
+# Data lanes per partial XOR sum (registered before the loop). 4 lanes = 32 bits: a ~16-input XOR
+# per CRC bit, two LUT4 levels (synthesis shares terms between bits and makes eight lanes five
+# levels deep, not three).
+_CHUNK_LANES = 4
 # Bits of the trailing-zero count handled per un-advance stage. 2 saves a cycle per two bits but
 # makes each stage a 4:1 choice of XOR trees: 128 MHz instead of 142 MHz on ECP5 at width 512.
 _DIGIT_BITS = 1
@@ -91,13 +97,18 @@ def _inverse(cols):
     return [sum(((inverse_rows[i] >> j) & 1) << i for i in range(n)) for j in range(n)]
 
 
-def xor_tree(cols, vector, out_width):
+def xor_tree(cols, vector, out_width, m=None, platform=None, name=None):
     """Hardware for the GF(2) matrix ``cols`` (``cols[j]`` = image of bit ``j``) applied to ``vector``:
-    one XOR reduction per output bit. Also used by the packet builder's VCRC-over-ICRC step."""
+    one XOR reduction per output bit. Also used by the packet builder's VCRC-over-ICRC step.
+    With ``m``, ``platform`` and ``name``, each reduction is a tree of LUT4s on ECP5
+    (:func:`rnic.hdl.prim.xor_lut4`)."""
     bits = []
     for i in range(out_width):
         taps = [vector[j] for j, col in enumerate(cols) if col >> i & 1]
-        bits.append(Cat(*taps).xor() if taps else Const(0, 1))
+        if m is not None:
+            bits.append(xor_lut4(m, platform, f"{name}_{i}", taps))
+        else:
+            bits.append(Cat(*taps).xor() if taps else Const(0, 1))
     return Cat(*bits)
 
 
@@ -146,8 +157,8 @@ class CrcStream(wiring.Component):
     ----------
     latency : int
         Cycles from the transfer of a packet's last beat to ``o.valid`` for its result, when no
-        earlier result is waiting in the output queue: 8 at width 64, 10 at 128, 11 at 256,
-        12 at 512 (``4 + bit_length(width // 8) + (width > 64)``); one less without the queue.
+        earlier result is waiting in the output queue: 10 at width 64, 11 at 128, 12 at 256,
+        13 at 512 (``5 + bit_length(width // 8) + (width > 32)``); one less without the queue.
     fifo_depth : int
         Results the block can hold; full throughput needs ``o`` to drain on average one result
         per packet. 0 without the queue.
@@ -168,10 +179,10 @@ class CrcStream(wiring.Component):
         self._z_bits = lanes.bit_length()  # trailing zero lanes z in 0 .. lanes
         self._digits = -(-self._z_bits // _DIGIT_BITS)
         self._chunks = -(-lanes // _CHUNK_LANES)
-        # Input register, partial sums, loop/result register, one register per digit stage,
-        # queue read one cycle after its write.
+        # Input register, partial sums, (sum of the partials), loop/result register, basis change,
+        # one register per digit stage, queue read one cycle after its write.
         self._queue = bool(queue)
-        self._latency = 3 + self._digits + (self._chunks > 1) + self._queue
+        self._latency = 4 + self._digits + (self._chunks > 1) + self._queue
         depth = 1
         while depth < self._latency + 1:
             depth *= 2
@@ -203,8 +214,15 @@ class CrcStream(wiring.Component):
         # One zero byte: the register-only step, from the model's own bit-serial update.
         step = [spec.update(1 << j, b"\0") for j in range(w)]
         step_inv = _inverse(step)
-        # Register over a full beat.
-        self._advance_beat = _power(step, n)
+        # Register over a full beat, and the companion basis of that advance.
+        self._advance_beat = advance = _power(step, n)
+        krylov, v = [], 1
+        for _ in range(w):
+            krylov.append(v)
+            v = _apply(advance, v)
+        krylov_inv = _inverse(krylov)    # e0 is a cyclic vector for ICRC and VCRC at every width
+        self._basis = krylov
+        self._advance_companion = _compose(krylov_inv, _compose(advance, krylov))
         # Data bit 8*l+b to register after the beat: byte (1 << b) then n-1-l zero bytes.
         data_cols = [0] * (8 * n)
         for b in range(8):
@@ -212,10 +230,10 @@ class CrcStream(wiring.Component):
             for lane in reversed(range(n)):
                 data_cols[8 * lane + b] = col
                 col = _apply(step, col)
-        self._data_cols = data_cols
+        self._data_cols = [_apply(krylov_inv, col) for col in data_cols]
         # First beat starting at lane lo: A^n s0(lo) = A^(n-lo) initial, column lo of a
         # matrix applied to the one-hot lowest keep bit.
-        self._offset_cols = [_apply(_power(step, n - lo), spec.initial) for lo in range(n)]
+        self._offset_cols = [_apply(krylov_inv, _apply(_power(step, n - lo), spec.initial)) for lo in range(n)]
         # Trailing zero lanes: digit k of z (base 2**_DIGIT_BITS) with value d un-advances by
         # d * radix**k bytes.
         radix = 1 << _DIGIT_BITS
@@ -257,35 +275,29 @@ class CrcStream(wiring.Component):
         with m.If(i_xfer):
             m.d.sync += first.eq(self.i.payload.last)
 
-        # s1: input register, data lanes masked by keep.
+        # s1: input register, data lanes masked by keep; the offset selector and the trailing zero
+        # count are found on the way in (from flip-flops in the packet builder), so that s2 only
+        # sums XOR trees.
+        keep = self.i.payload.keep
+        empty = ~keep.any()
+        lo_onehot = keep & ~(keep << 1)    # lowest set keep bit; lane 0 for keep == 0
+        hi_onehot = keep & ~(keep >> 1)    # highest set keep bit
         s1_valid = Signal()
-        s1_first = Signal()
         s1_last = Signal()
         s1_data = Signal(self._width)
-        s1_keep = Signal(n)
-        keep = self.i.payload.keep
+        s1_lo = Signal(n)      # offset selector; zero for a beat that is not first
+        s1_z = Signal(self._z_bits)
         m.d.sync += [
             s1_valid.eq(i_xfer),
-            s1_first.eq(first),
             s1_last.eq(self.i.payload.last),
             s1_data.eq(self.i.payload.data & Cat(*(keep[l].replicate(8) for l in range(n)))),
-            s1_keep.eq(keep),
+            s1_lo.eq(Cat(lo_onehot[0] | empty, lo_onehot[1:n]) & first.replicate(n)),
+            s1_z.eq(Cat(*(Cat(*(hi_onehot[l] for l in range(n) if (n - 1 - l) >> b & 1),
+                              empty if n >> b & 1 else Const(0, 1)).any()
+                          for b in range(self._z_bits)))),
         ]
 
         # s2: partial sums of the data matrix per chunk, the offset term, trailing zero count.
-        empty = ~s1_keep.any()
-        lo_onehot = Signal(n)  # lowest set keep bit; lane 0 for keep == 0
-        hi_onehot = Signal(n)  # highest set keep bit
-        m.d.comb += [
-            lo_onehot.eq(s1_keep & ~(s1_keep << 1)),
-            hi_onehot.eq(s1_keep & ~(s1_keep >> 1)),
-        ]
-        lo_first = Signal(n)  # offset selector; zero for a beat that is not first
-        m.d.comb += lo_first.eq(Cat(lo_onehot[0] | empty, lo_onehot[1:]) & s1_first.replicate(n))
-        z = Cat(*(Cat(*(hi_onehot[l] for l in range(n) if (n - 1 - l) >> b & 1),
-                      empty if n >> b & 1 else Const(0, 1)).any()
-                  for b in range(self._z_bits)))
-
         s2_valid = Signal()
         s2_last = Signal()
         s2_z = Signal(self._z_bits)
@@ -294,15 +306,15 @@ class CrcStream(wiring.Component):
             stop = min(start + _CHUNK_LANES, n)
             p = Signal(w, name=f"s2_partial{c}")
             m.d.sync += p.eq(xor_tree(self._data_cols[8 * start:8 * stop],
-                                       s1_data[8 * start:8 * stop], w))
+                                       s1_data[8 * start:8 * stop], w, m, platform, f"s2_partial{c}"))
             partials.append(p)
         p = Signal(w, name="s2_offset")
-        m.d.sync += p.eq(xor_tree(self._offset_cols, lo_first, w))
+        m.d.sync += p.eq(xor_tree(self._offset_cols, s1_lo, w, m, platform, "s2_offset"))
         partials.append(p)
         m.d.sync += [
             s2_valid.eq(s1_valid),
             s2_last.eq(s1_last),
-            s2_z.eq(z),
+            s2_z.eq(s1_z),
         ]
 
         # Wide words: sum the partials in one more stage, so the loop adds a single term.
@@ -320,26 +332,36 @@ class CrcStream(wiring.Component):
         # register is cleared after every last beat (a synchronous reset, outside the XOR tree).
         state = Signal(w)
         state_next = Signal(w)
-        m.d.comb += state_next.eq(_xor_all([xor_tree(self._advance_beat, state, w), *partials]))
+        m.d.comb += state_next.eq(_xor_all([xor_tree(self._advance_companion, state, w), *partials]))
         with m.If(loop_valid):
             m.d.sync += state.eq(Mux(loop_last, 0, state_next))
 
-        # Tail: registered result of each last beat, then one un-advance stage per digit of z.
+        # Tail: registered result of each last beat, back from the companion basis, then one
+        # un-advance stage per digit of z.
+        y_valid = Signal(name="ty_valid")
+        y_value = Signal(w, name="ty_value")
+        y_z = Signal(self._z_bits, name="ty_z")
+        m.d.sync += [
+            y_valid.eq(loop_valid & loop_last),
+            y_value.eq(state_next),
+            y_z.eq(loop_z),
+        ]
         t_valid = Signal(name="t0_valid")
         t_value = Signal(w, name="t0_value")
         t_z = Signal(self._z_bits, name="t0_z")
         m.d.sync += [
-            t_valid.eq(loop_valid & loop_last),
-            t_value.eq(state_next),
-            t_z.eq(loop_z),
+            t_valid.eq(y_valid),
+            t_value.eq(xor_tree(self._basis, y_value, w, m, platform, "t0_basis")),
+            t_z.eq(y_z),
         ]
         for k, mats in enumerate(self._digit_mats):
             digit = t_z[_DIGIT_BITS * k:_DIGIT_BITS * (k + 1)]
             value = Signal(w, name=f"t{k + 1}_next")
+            trees = {d: xor_tree(mat, t_value, w, m, platform, f"t{k + 1}_d{d}") for d, mat in mats.items()}
             with m.Switch(digit):
-                for d, mat in mats.items():
+                for d in mats:
                     with m.Case(d):
-                        m.d.comb += value.eq(xor_tree(mat, t_value, w))
+                        m.d.comb += value.eq(trees[d])
                 with m.Default():
                     m.d.comb += value.eq(t_value)
             nxt_valid = Signal(name=f"t{k + 1}_valid")
