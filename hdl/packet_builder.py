@@ -13,8 +13,9 @@ Pipeline (all stages move one descriptor or one beat per clock)::
          -> s4 (IPv4 sum with total length, frame parameters: beat counts, lane masks; template
                 group selects)
          -> s5 (IPv4 checksum, header byte vector) -> k (skid register)
-         -> generator (header beats, then payload shifted by header length mod W/8 through a carry
-            register, pad, CRC placeholder bytes) -> bt (beat register, feeds both CRC engines)
+         -> generator (header beats, payload beats as taken, pad, CRC placeholder bytes)
+         -> ga (the beat as taken) -> bt (beat register: payload funnel-shifted by header length
+            mod W/8 and ORed with the header part; feeds both CRC engines)
          -> delay line (CRC latency + 2) -> tl (ICRC / VCRC placed) -> output FIFO -> frame
 
 s1..s5 stall on registered conditions only (the skid register k takes s5 whenever the generator
@@ -29,9 +30,11 @@ order); multi-byte header fields are big-endian on the wire, CRCs least-signific
 
 from __future__ import annotations
 
+import itertools
+
 from amaranth import Cat, Const, Module, Mux, Signal, Value
+from amaranth.hdl import Assert
 from amaranth.lib import data, stream, wiring
-from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
@@ -41,15 +44,17 @@ from rnic.model import headers as hd
 from rnic.model.opcodes import OPCODE_INFO
 from rnic.hdl.bus import AXIStreamSignature, PacketStream, axis_to_stream, stream_to_axis
 from rnic.hdl.crc import CrcStream, xor_tree
-from rnic.hdl.fifo import check_credit
+from rnic.hdl.fifo import CreditFIFO, check_credit
 from rnic.hdl.descriptor import DESC_WIDTH, DescriptorLayout, ErrorFlags
+from rnic.hdl.prim import lut4
 
 __all__ = ["PacketBuilder", "PacketBuilderAxis", "HEADER_MAX", "DESC_AXIS_WIDTH"]
 
 ICRC_LEN = 4
 VCRC_LEN = 2
 _LEN_BITS = 13  # byte counts inside one frame (< 8192)
-_COPIES = 4     # copies of the widest-fanout select registers (header group selects, k_valid)
+_COPIES = 4     # copies of k_valid, the header multiplexer's select between k and s5
+_GRP_COPIES = 8 # copies of each template-group select
 
 #: ``s_desc`` tdata width of :class:`PacketBuilderAxis`: the descriptor rounded up to whole bytes.
 DESC_AXIS_WIDTH = -(-DESC_WIDTH // 8) * 8
@@ -316,7 +321,7 @@ class PacketBuilder(wiring.Component):
         raised in the same cycle wins).
 
     Latency from a descriptor transfer to the first beat of its frame, empty pipeline, no payload
-    wait: 19 clocks at W=64, 23 at W=512 (measured by the testbench); see docs/packet-builder.md.
+    wait: 22 clocks at W=64, 25 at W=512 (measured by the testbench); see docs/packet-builder.md.
     """
 
     def __init__(self, width):
@@ -328,11 +333,11 @@ class PacketBuilder(wiring.Component):
         self._crc_latency = self._icrc.latency
         self._delay = self._crc_latency + 2
         # Output FIFO capacity, in beats: the generator's credits (beats pushed, not yet popped),
-        # more than the push-to-pop round trip, so credits never limit a ready sink. The credit is
-        # registered from the in-flight count of the clock before (two clocks later than a credit
-        # computed from this clock's push and pop), so two more beats than that round trip: a
-        # sink that stalls and resumes finds the next beats there, no gap inside a frame.
-        self._depth = self._delay + 8
+        # more than the push-to-pop round trip, so credits never limit a ready sink. A pop reaches
+        # the in-flight count a clock late (`pop_d`: the sink's ready then meets no adder), and
+        # the credit a clock after that; so three beats more than that round trip: a sink that
+        # stalls and resumes finds the next beats there, no gap inside a frame.
+        self._depth = self._delay + 10
         super().__init__({
             "desc": In(stream.Signature(DescriptorLayout)),
             "payload": In(PacketStream(width)),
@@ -365,16 +370,21 @@ class PacketBuilder(wiring.Component):
         en = [Signal(name=f"s{i}_en", init=1) for i in range(1, 6)]
         s1_en, s2_en, s3_en, s4_en, s5_en = en
         k_valid = Signal()
+        src_valid = Signal()         # k_valid | s5_valid (a frame for the generator), a register
         g_load = Signal()
+        next_frame = Signal()        # the generator is ready for a frame
         # Payload packets owed to the drop logic (see the generator) hold new descriptors back
         # while two or more are pending, so the count stays small without stalling the generator.
         drop_stall = Signal()
         desc_in = self.desc.valid & ~drop_stall
-        k_next = ~g_load & (k_valid | s5_valid)
-        valid_next = [Mux(e, v_in, v) for e, v_in, v in zip(en, [desc_in, *valid[:4]], valid)]
+        # k_valid, src_valid and the enables are assigned with the generator's registers (below):
+        # they depend on its load decision, g_load (k_next = ~g_load & src_valid).
+        # The next-state valids use copies of the enables (the enables themselves each drive a
+        # stage's ~1 000 flip-flop enables).
+        en_ctl = [Signal(name=f"s{i}_en_ctl", init=1) for i in range(1, 6)]
+        valid_next = [Mux(e, v_in, v) for e, v_in, v in zip(en_ctl, [desc_in, *valid[:4]], valid)]
         m.d.sync += [v.eq(v_next) for v, v_next in zip(valid, valid_next)]
-        m.d.sync += k_valid.eq(k_next)
-        m.d.sync += [e.eq(~Cat(k_next, *valid_next[i:]).all()) for i, e in enumerate(en)]
+        m.d.sync += Assert(src_valid == (k_valid | s5_valid), "packet builder: src_valid\n")
 
         # ---- s1: descriptor register, and the opcode ROM: the extended header combination
         # (one-hot) and its length. The extended headers themselves are assembled in s3 from the
@@ -520,7 +530,6 @@ class PacketBuilder(wiring.Component):
         # ---- s4: IPv4 sum with total length, frame parameters
         params = data.StructLayout({
             "nh": _LEN_BITS, "h": max(lb, 1), "np": _LEN_BITS, "plast_mask": B,
-            "plast_sh": 2 * B, "ones_sh": 2 * B,
             "nbm1": _LEN_BITS, "last_keep": B, "tail_off": max(lb, 1),
             "cs_mask": B, "crc_last_mask": B,
             # Beat positions as the generator tests them: the first ICRC-covered beat is beat
@@ -545,7 +554,6 @@ class PacketBuilder(wiring.Component):
         first_info = data.StructLayout({
             **first_flags,
             "pmask": B,              # payload lanes beat 0 keeps
-            "pmask_sh": 2 * B,       # the same, shifted by the header length mod B
         })
         s4_fl = Signal(data.StructLayout(first_flags))
         s4_d = Signal(DescriptorLayout, reset_less=True)
@@ -573,8 +581,6 @@ class PacketBuilder(wiring.Component):
                 s4_p.nh.eq(s3_h[lb:]), s4_p.h.eq(s3_h[:lb]),
                 s4_p.np.eq((s3_p + (B - 1))[lb:]),
                 s4_p.plast_mask.eq(s3_plast_mask),
-                s4_p.plast_sh.eq(s3_plast_mask << s3_h[:lb]),
-                s4_p.ones_sh.eq(ones << s3_h[:lb]),
                 s4_p.nbm1.eq((s3_f - 1)[lb:]), s4_p.last_keep.eq(_byte_mask(s3_f[:lb], B)),
                 s4_p.tail_off.eq(s3_t[:lb]),
                 s4_p.cs1.eq(s3_cs[lb]),
@@ -659,10 +665,11 @@ class PacketBuilder(wiring.Component):
             bits += [0] * (8 * HB - len(bits))
             wire_bits.append(bits)
 
-        # Each select has up to _COPIES copies, each serving a contiguous quarter of the header
-        # vector, so no select fans out across the whole block. yosys merges identical flip-flops,
-        # so the copies differ where the value does not matter: while s4 holds no descriptor, copy
-        # c is also 1 for the template that is the group's c-th non-member.
+        # Each select has _GRP_COPIES copies, each serving a contiguous eighth of the header vector,
+        # so no select fans out across the whole block. yosys merges identical logic, so the
+        # copies differ: while s4 holds no descriptor, copy c is also 1 for the template that is
+        # the group's c-th non-member (where there is one), and each copy's LUT4 takes its inputs
+        # in another order.
         groups = {}                  # (template indices, copy) -> (select, its spare template)
 
         def group(members, bit):
@@ -671,10 +678,10 @@ class PacketBuilder(wiring.Component):
             if len(members) == nt:
                 return Const(1, 1)
             spare = [t.index for t in _TEMPLATES if t.index not in members]
-            n = min(_COPIES, len(spare) + 1)
-            c = bit * n // (8 * HB)
+            c = bit * _GRP_COPIES // (8 * HB)
             if (members, c) not in groups:
-                groups[members, c] = Signal(name=f"s4_grp{len(groups)}"), spare[c - 1] if c else None
+                groups[members, c] = (Signal(name=f"s4_grp{len(groups)}"),
+                                      spare[c - 1] if 0 < c <= len(spare) else None)
             return groups[members, c][0]
 
         def mux_bit(entries, bit):
@@ -690,15 +697,25 @@ class PacketBuilder(wiring.Component):
             hdr.eq(Cat(*(mux_bit([bits[i] for bits in wire_bits], i) for i in range(8 * HB)))),
             ib.eq(group((t.index for t in _TEMPLATES if t.ib), 0)),
         ]
-        with m.If(s4_en):
-            for (members, _), (sel, spare) in groups.items():
-                extra = (~s3_valid & (s3_tmpl == spare)) if spare is not None else Const(0, 1)
-                m.d.sync += sel.eq(Cat(*(s3_tmpl == i for i in sorted(members))).any() | extra)
+        # Each select's next value is one LUT4 of (s3_tmpl, s3_valid): left to ABC, these related
+        # functions of the same four bits became a chain of five LUTs (rnic.hdl.prim).
+        assert len(s3_tmpl) <= 3
+        sel_in = [*s3_tmpl, s3_valid]
+        orders = list(itertools.permutations(range(len(sel_in))))
+        for (members, c), (sel, spare) in groups.items():
+            def select(*bits, members=members, spare=spare):
+                t = sum(b << k for k, b in enumerate(bits[:-1]))
+                return t in members or (spare is not None and not bits[-1] and t == spare)
+            order = orders[c % len(orders)]
+            nxt = lut4(m, platform, f"{sel.name}_next",
+                       lambda *b, order=order, select=select: select(*(b[order.index(i)] for i in range(len(b)))),
+                       [sel_in[i] for i in order])
+            with m.If(s4_en):
+                m.d.sync += sel.eq(nxt)
         s5_fl = Signal(first_info)           # s5's first-beat flags, as s5 loads them
         m.d.comb += [
             *(getattr(s5_fl, name).eq(getattr(s4_fl, name)) for name in first_flags),
             s5_fl.pmask.eq(Mux(s4_fl.first_pl, Mux(s4_fl.first_final, s4_p.plast_mask, ones), 0)),
-            s5_fl.pmask_sh.eq(Mux(s4_fl.first_pl, Mux(s4_fl.first_final, s4_p.plast_sh, s4_p.ones_sh), 0)),
         ]
         with m.If(s5_en):
             m.d.sync += [
@@ -709,16 +726,13 @@ class PacketBuilder(wiring.Component):
         # captures s5 whenever it is empty; it is full when the generator did not take s5.
         k_f = Signal(frame_info, reset_less=True)
         src = Signal(frame_info)
-        src_valid = k_valid | s5_valid
-        # The header part of `src` is selected by copies of k_valid, one per quarter (see the
-        # group selects): they differ only while neither k nor s5 holds a frame (copy 0 is
-        # k_valid itself).
+        # The header part of `src` is selected, and k's header part loaded, by copies of k_valid,
+        # one per quarter (see the group selects): they differ from it only while neither k nor s5
+        # holds a frame (k's content is then unused), and k_valid itself serves the other fields.
         s5v_next, s4v_next = valid_next[4], valid_next[3]
-        dont_care = ~k_next & ~s5v_next
-        variants = [Const(1, 1), s4v_next, ~s4v_next]
-        assert _COPIES <= len(variants) + 1
-        kv = [k_valid, *(Signal(name=f"k_valid{c}") for c in range(1, _COPIES))]
-        m.d.sync += [kv[c].eq(k_next | (dont_care & variants[c - 1])) for c in range(1, _COPIES)]
+        variants = [valid_next[2], Const(1, 1), s4v_next, ~s4v_next]
+        assert _COPIES <= len(variants)
+        kv = [Signal(name=f"k_valid{c}") for c in range(_COPIES)]
         quarter = -(-8 * HB // _COPIES)
         m.d.comb += [
             src.eq(Mux(k_valid, k_f, s5_f)),
@@ -726,18 +740,20 @@ class PacketBuilder(wiring.Component):
                                  s5_f.hdr[c * quarter:(c + 1) * quarter]) for c in range(_COPIES)))),
         ]
         with m.If(~k_valid):
-            m.d.sync += k_f.eq(s5_f)
+            m.d.sync += [k_f.tmpl.eq(s5_f.tmpl), k_f.p.eq(s5_f.p), k_f.ib.eq(s5_f.ib), k_f.fl.eq(s5_f.fl)]
+        for c in range(_COPIES):
+            with m.If(~kv[c]):
+                m.d.sync += k_f.hdr[c * quarter:(c + 1) * quarter].eq(s5_f.hdr[c * quarter:(c + 1) * quarter])
         # head.fl is src.fl from a flip-flop: next clock's head of the queue is today's if k will
         # hold a frame (k keeps it, or takes s5's), else s5's next content. So no multiplexer on
         # k_valid sits between these flags and the generator's next-state logic.
         head = Signal(first_info, reset_less=True)
-        m.d.sync += head.eq(Mux(k_next, head, Mux(s5_en, s5_fl, s5_f.fl)))
 
         # ---- generator. Control flags for the current beat are registers computed one beat
         # ahead, down to the push and load decisions themselves: `push` is one LUT of registered
         # flags and the payload valid, `g_load` one more after it.
-        # The header in two parts: the low beat (the header beat being sent, then the carry of the
-        # payload shifter) and the beats above it. The upper beats are only read during header-only
+        # The header in two parts: the low beat (the header beat being sent; zero once the payload
+        # has started) and the beats above it. The upper beats are only read during header-only
         # beats; at any other time they follow the next frame's header, so their register enables
         # are functions of registers only (never of the payload handshake).
         # The ICRC view is not held: each beat's forced-to-ones bytes come from a constant table
@@ -764,52 +780,53 @@ class PacketBuilder(wiring.Component):
         g_prem = Signal(_LEN_BITS)   # payload beats not yet taken (this one included if g_pl)
         pr_ge1, pr_ge2, pr_eq1, pr_eq2 = (Signal(name=f"pr_{n}") for n in ("ge1", "ge2", "eq1", "eq2"))
         br_eq1 = Signal()            # g_brem == 1
-        g_pmask = Signal(B)          # payload lanes this beat keeps (0: it takes no payload)
-        g_pmask_sh = Signal(2 * B)   # the same, shifted by the header length mod B
-        g_room = Signal(init=1)      # a credit: inflight < depth
+        g_pmask = Signal(B)          # payload lanes this beat keeps (0 on header-only beats)
+        g_room = Signal(init=1)      # a credit: inflight < depth - 1 (a register of its own)
         inflight = Signal(range(self._depth + 1))
         # Payload packets to drop: at most 3 when drop_stall rises a clock later, plus one for each
         # frame in s1..s5, k and the generator (a frame adds at most one): 4 bits never wrap.
         drop_cnt = Signal(4)
         pop = Signal()
+        pop_d = Signal()             # pop, a clock later (what the in-flight count subtracts)
         # Flags derived from the above, registered one clock ahead:
         go_free = Signal()           # g_active & g_room & ~need: this beat goes out now
         go_pay = Signal()            # g_active & g_room & need & ~dropping: it goes with a payload beat
         last_free = Signal()         # go_free & g_last
         last_pay = Signal()          # go_pay & g_last
+        go_any = Signal()            # go_free | go_pay: push, if the payload beat is there
         dropping = Signal()          # drop_cnt != 0
         hi_follow = Signal(init=1)   # ~g_active | ~g_in_hdr
         hi_en = Signal(init=1)       # hi_follow | g_room
 
         pv = self.payload.payload
-        need_pl = g_pl & ~g_fill     # this beat waits for a payload beat
+        need_pl = Signal()           # g_pl & ~g_fill: this beat waits for a payload beat (a register)
         push = Signal()
-        next_frame = Signal()        # the generator is ready for a frame
         m.d.comb += [
             self.payload.ready.eq(dropping | go_pay),
             push.eq(go_free | (go_pay & self.payload.valid)),
-            next_frame.eq(~g_active | last_free | (last_pay & self.payload.valid)),
         ]
+        # next_frame = ~g_active | last_free | (last_pay & payload.valid), in three copies: the
+        # control logic's, and the load enables of g_lo's and of the other frame registers' ~100
+        # bits. Each is one LUT4 with its inputs in another order, so that synthesis keeps them apart.
+        nf_in = {"a": g_active, "f": last_free, "p": last_pay, "v": self.payload.valid}
+        nf = {}
+        for copy, order in (("", "afpv"), ("_lo", "fapv"), ("_regs", "pafv")):
+            def ready_for_frame(*bits, order=order):
+                b = dict(zip(order, bits))
+                return not b["a"] or b["f"] or (b["p"] and b["v"])
+            nf[copy] = lut4(m, platform, f"next_frame{copy}", ready_for_frame, [nf_in[k] for k in order])
+        m.d.comb += next_frame.eq(nf[""])
         take = push & need_pl                                # a payload beat goes into this beat
         is_final = g_final
         # When a payload beat is taken, g_pmask is the lane mask it must have.
         extra = (pv.keep & ~g_pmask).any()
         early_ev = take & pv.last & (~is_final | ((pv.keep != g_pmask) & ~extra))
         late_ev = take & is_final & (~pv.last | extra)
-        late_drop = take & is_final & ~pv.last
-        early_cut = take & pv.last & ~is_final               # the rest of the payload is fill
 
-        # The payload beat shifted by the header length mod B, lanes masked after the shift (the
-        # payload lane mask is kept pre-shifted); g_pmask is 0 on header-only beats.
-        data_sh = Signal(2 * W)
-        keep_sh = Signal(2 * B)
-        sh = Signal(2 * W)
-        m.d.comb += [
-            data_sh.eq(pv.data << Cat(Const(0, 3), g_p.h[:lb])),
-            keep_sh.eq(pv.keep << g_p.h[:lb]),
-            sh.eq(data_sh & _expand(keep_sh & g_pmask_sh, 2 * B)),
-        ]
-        out_data = g_lo | sh[:W]
+        # The payload beat as taken, lanes masked (g_pmask is 0 on header-only beats, need_pl on
+        # fill beats). It is shifted by the header length mod B one stage later, in `ga` -> `bt`,
+        # from registers.
+        pay_m = pv.data & _expand(pv.keep & g_pmask & need_pl.replicate(B), B)
 
         bad_load = head.bad_mode | head.too_long
         m.d.comb += g_load.eq(src_valid & next_frame)
@@ -818,55 +835,115 @@ class PacketBuilder(wiring.Component):
         in_hdr1 = hr_ge2
         pl1 = ~in_hdr1 & Mux(g_pl, pr_ge2, pr_ge1)
         final1 = Mux(g_pl, pr_eq2, pr_eq1)
-        fill1 = g_fill | early_cut
 
-        g_active_next = Signal()
-        g_in_hdr_next = Signal()
-        g_pl_next = Signal()
-        g_fill_next = Signal()
-        g_last_next = Signal()
-        g_room_next = Signal()
-        drop_next = Signal(4)
-        # Like the frame registers below, the flags take the head of the frame queue on
-        # `next_frame`, not on `g_load`: without a frame there, g_active goes low and they are unused.
-        m.d.comb += [
-            g_active_next.eq(g_load | (g_active & ~(push & g_last))),
-            g_in_hdr_next.eq(Mux(next_frame, head.first_hdr, Mux(push, in_hdr1, g_in_hdr))),
-            g_pl_next.eq(Mux(next_frame, head.first_pl, Mux(push, pl1, g_pl))),
-            g_fill_next.eq(~next_frame & Mux(push, fill1, g_fill)),
-            g_last_next.eq(Mux(next_frame, head.first_last, Mux(push, br_eq1, g_last))),
-            # A credit from registers only: inflight grows by at most one a clock, so
-            # inflight < depth - 1 now leaves room for a push next clock (pops count a clock late).
-            g_room_next.eq(inflight < self._depth - 1),
-            drop_next.eq(drop_cnt + (g_load & head.drop) + late_drop
-                         - (dropping & self.payload.valid & pv.last)),
+        # The registers that the load and push decisions steer, each as its value for
+        # payload.valid = 1 and for 0, both from registers only, and then one LUT4 picks by
+        # payload.valid: the handshake reaches them through one LUT, not through the decisions'
+        # own logic (ABC, left to itself, put the decision first and four LUTs after it).
+        # A credit from registers only: inflight grows by at most one a clock, so
+        # inflight < depth - 1 now leaves room for a push next clock (pops count a clock late).
+        # g_room is that compare as a flip-flop, computed with the in-flight count's next value.
+        g_room_next = g_room
+        # inflight moves by at most one a clock: the next compare is one of three of today's count.
+        room_after_push = inflight < self._depth - 2
+        g_room_now = inflight < self._depth - 1
+        m.d.sync += Assert(g_room == (inflight < self._depth - 1), "packet builder: g_room\n")
+        m.d.sync += Assert(go_any == (go_free | go_pay), "packet builder: go_any\n")
+        m.d.sync += Assert(need_pl == (g_pl & ~g_fill), "packet builder: need_pl\n")
+
+        def decide(v):
+            push_v = go_any if v.value else go_free
+            nf_v = ~g_active | last_free | (last_pay & v)
+            g_load_v = src_valid & nf_v
+            k_next = src_valid & ~nf_v
+            take_v = push_v & need_pl
+            late_drop_v = take_v & is_final & ~pv.last
+            fill1_v = g_fill | (take_v & pv.last & ~is_final)   # an early end: the rest is fill
+            # Like the frame registers below, the flags take the head of the frame queue on
+            # `next_frame`, not on `g_load`: without a frame there, g_active goes low and they
+            # are unused.
+            active = g_load_v | (g_active & ~(push_v & g_last))
+            in_hdr = Mux(nf_v, head.first_hdr, Mux(push_v, in_hdr1, g_in_hdr))
+            pl = Mux(nf_v, head.first_pl, Mux(push_v, pl1, g_pl))
+            fill = ~nf_v & Mux(push_v, fill1_v, g_fill)
+            last = Mux(nf_v, head.first_last, Mux(push_v, br_eq1, g_last))
+            drop = (drop_cnt + (g_load_v & head.drop) + late_drop_v - (dropping & v & pv.last))[:4]
+            # drop != 0, without the adder (the decrement happens only while drop_cnt != 0).
+            dropping_v = ((g_load_v & head.drop) | late_drop_v | (drop_cnt >= 2)
+                          | ((drop_cnt == 1) & ~(v & pv.last)))
+            go = active & g_room_next
+            need = pl & ~fill
+            dont_care = ~k_next & ~s5v_next
+            return [
+                (g_active, active), (g_in_hdr, in_hdr), (g_pl, pl), (g_fill, fill), (g_last, last),
+                (drop_cnt, drop), (dropping, dropping_v),
+                (inflight, (inflight + push_v - pop_d)[:len(inflight)]),
+                (g_room, Mux(push_v & ~pop_d, room_after_push,
+                             Mux(~push_v & pop_d, inflight < self._depth, g_room_now))),
+                (need_pl, need),
+                (go_free, go & ~need), (go_pay, go & need & ~dropping_v), (go_any, go & (~need | ~dropping_v)),
+                (last_free, go & ~need & last), (last_pay, go & need & ~dropping_v & last),
+                (hi_follow, ~active | ~in_hdr), (hi_en, ~active | ~in_hdr | g_room_next),
+                (k_valid, k_next), (src_valid, k_next | s5v_next),
+                *((kv[c], k_next | (dont_care & variants[c])) for c in range(_COPIES)),
+                (head, Mux(k_next, head, Mux(s5_en, s5_fl, s5_f.fl))),
+                (g_pmask, Mux(nf_v, head.pmask,
+                              Mux(push_v, Mux(pl1, Mux(final1, g_p.plast_mask, ones), 0), g_pmask))),
+            ]
+
+        for (reg, if1), (_, if0) in zip(decide(Const(1, 1)), decide(Const(0, 1))):
+            reg, if1, if0 = Value.cast(reg), Value.cast(if1), Value.cast(if0)
+            if any(reg is e for e in en_ctl):    # another input order, so not merged with en
+                pick = [lut4(m, platform, f"{reg.name}_by_valid{i}", lambda a, v, b: a if v else b,
+                             [if1[i], self.payload.valid, if0[i]]) for i in range(len(reg))]
+            else:
+                pick = [lut4(m, platform, f"{reg.name}_by_valid{i}", lambda v, a, b: a if v else b,
+                             [self.payload.valid, if1[i], if0[i]]) for i in range(len(reg))]
+            m.d.sync += reg.eq(Cat(*pick))
+
+        # The stage enables: stage i loads next clock unless k and stages i..5 will all be full,
+        # en_i' = ~(k_next & F_i). A stage that does not load holds a descriptor (its enable is 0
+        # only while it and every stage after it are full), so its next valid is ~en | (its
+        # input's valid) and F_i is an AND of two-input terms of flip-flops, two LUT4 levels as a
+        # balanced tree (ABC chained F_i from F_i+1, five levels). k_next, for each payload.valid,
+        # is one LUT4 of four flip-flops, and each enable one LUT4 of those two, F_i and
+        # payload.valid: three LUT levels.
+        for j in range(5):
+            m.d.sync += Assert(en_ctl[j] | (valid[j] & k_valid), "packet builder: a held stage is full\n")
+        m.d.sync += [Assert(Cat(*en_ctl) == Cat(*en), "packet builder: enable copies\n")]
+        k_next_if = [lut4(m, platform, f"k_next_if{v}",
+                          lambda sv, a, f, p, v=v: sv and not (not a or f or (p and v)),
+                          [src_valid, g_active, last_free, last_pay]) for v in (0, 1)]
+        def held_or_fed(*b):             # (~en_a | v_a) & (~en_b | v_b) & ...
+            return all(not b[i] or b[i + 1] for i in range(0, len(b), 2))
+        pair34 = lut4(m, platform, "full_34", held_or_fed, [en_ctl[3], valid[2], en_ctl[4], valid[3]])
+        pair12 = lut4(m, platform, "full_12", held_or_fed, [en_ctl[1], valid[0], en_ctl[2], valid[1]])
+        term0 = lut4(m, platform, "full_0", lambda e, dv, ds: not e or (dv and not ds),
+                     [en_ctl[0], self.desc.valid, drop_stall])
+        full_from = [
+            lut4(m, platform, "full_from0", lambda a, b, c: a and b and c, [term0, pair12, pair34]),
+            lut4(m, platform, "full_from1", lambda a, b: a and b, [pair12, pair34]),
+            lut4(m, platform, "full_from2", lambda e, v, p: (not e or v) and p, [en_ctl[2], valid[1], pair34]),
+            pair34,
+            lut4(m, platform, "full_from4", held_or_fed, [en_ctl[4], valid[3]]),
         ]
-        # drop_next != 0, without the adder (the decrement happens only while drop_cnt != 0).
-        dropping_next = ((g_load & head.drop) | late_drop | (drop_cnt >= 2)
-                         | ((drop_cnt == 1) & ~(self.payload.valid & pv.last)))
-        go = g_active_next & g_room_next
-        need_next = g_pl_next & ~g_fill_next
-        m.d.sync += [
-            g_active.eq(g_active_next), g_in_hdr.eq(g_in_hdr_next), g_pl.eq(g_pl_next),
-            g_fill.eq(g_fill_next), g_last.eq(g_last_next), g_room.eq(g_room_next),
-            drop_cnt.eq(drop_next), dropping.eq(dropping_next), drop_stall.eq(drop_cnt >= 2),
-            inflight.eq(inflight + push - pop),
-            go_free.eq(go & ~need_next),
-            go_pay.eq(go & need_next & ~dropping_next),
-            last_free.eq(go & ~need_next & g_last_next),
-            last_pay.eq(go & need_next & ~dropping_next & g_last_next),
-            hi_follow.eq(~g_active_next | ~g_in_hdr_next),
-            hi_en.eq(~g_active_next | ~g_in_hdr_next | g_room_next),
-        ]
+        for i in range(5):
+            full = full_from[i]
+            inputs = {"v": self.payload.valid, "k1": k_next_if[1], "k0": k_next_if[0], "f": full}
+            for copy, order in ((en, ("v", "k1", "k0", "f")), (en_ctl, ("f", "k0", "k1", "v"))):
+                def enable(*bits, order=order):
+                    b = dict(zip(order, bits))
+                    return not ((b["k1"] if b["v"] else b["k0"]) and b["f"])
+                m.d.sync += copy[i].eq(lut4(m, platform, f"{copy[i].name}_next", enable,
+                                            [inputs[k] for k in order]))
+        m.d.sync += [drop_stall.eq(drop_cnt >= 2), pop_d.eq(pop)]
 
         with m.If(push):
             m.d.sync += [
                 g_first.eq(0), g_second.eq(g_first), g_mj.eq(g_mj + (g_mj != mask_beats)),
                 g_hrem.eq(g_hrem - g_in_hdr), hr_ge2.eq(Mux(g_in_hdr, g_hrem >= 3, hr_ge2)), g_brem.eq(g_brem - 1),
                 g_prem.eq(g_prem - g_pl), g_final.eq(final1), br_eq1.eq(g_brem == 2),
-                g_pmask.eq(Mux(pl1 & ~fill1, Mux(final1, g_p.plast_mask, ones), 0)),
-                g_pmask_sh.eq(Mux(pl1 & ~fill1, Mux(final1, g_p.plast_sh, g_p.ones_sh), 0)),
-                g_lo.eq(Mux(g_in_hdr, g_hi[:W], sh[W:])),
+                g_lo.eq(Mux(g_in_hdr, g_hi[:W], 0)),
             ]
             with m.If(g_pl):         # the compares of g_prem - 1, from g_prem
                 m.d.sync += [pr_ge1.eq(pr_ge2), pr_ge2.eq(g_prem >= 3),
@@ -876,21 +953,28 @@ class PacketBuilder(wiring.Component):
         # Frame registers and counters load whenever the generator is ready for a frame, whether or
         # not one is there (harmless while g_active stays low): their select is then `push`, not
         # `g_load`, which keeps the frame queue's valid bits off their ~100 enables.
-        with m.If(next_frame):
+        with m.If(nf["_lo"]):
+            m.d.sync += g_lo.eq(src.hdr[:W])
+        with m.If(nf["_regs"]):
             m.d.sync += [
-                g_lo.eq(src.hdr[:W]), g_p.eq(src.p), g_ib.eq(src.ib), g_tmpl.eq(src.tmpl),
+                g_p.eq(src.p), g_ib.eq(src.ib), g_tmpl.eq(src.tmpl),
                 g_first.eq(1), g_second.eq(0), g_mj.eq(0),
                 g_hrem.eq(src.p.nh), g_brem.eq(src.p.nbm1), g_prem.eq(src.p.np),
-                g_abort.eq(bad_load), g_final.eq(head.first_final), g_pmask.eq(head.pmask),
-                g_pmask_sh.eq(head.pmask_sh), br_eq1.eq(head.nbm1_eq1), hr_ge2.eq(head.nh_ge2),
+                g_abort.eq(bad_load), g_final.eq(head.first_final),
+                br_eq1.eq(head.nbm1_eq1), hr_ge2.eq(head.nh_ge2),
                 pr_ge1.eq(head.np_ge1), pr_ge2.eq(head.np_ge2), pr_eq1.eq(head.np_eq1), pr_eq2.eq(head.np_eq2),
             ]
         # The upper header beats follow the head of the frame queue whenever they are not being
         # sent (idle, or past the header-only beats; a frame's last beat is never header-only, so
         # they hold the loaded frame's header when g_load comes), and shift down one beat per
         # header-only beat sent (such a beat takes no payload: it is sent whenever g_room).
+        # They rotate rather than shift: shifting in zeros made yosys clear the top beat through
+        # its flip-flops' resets, one net from hi_follow across the block. The rotated-in beats
+        # are never read: a header has fewer than HB / B header-only beats (HEADER_MAX % B != 0),
+        # so the beat after the last of them is still one of the frame's own.
+        assert HEADER_MAX % B
         with m.If(hi_en):
-            m.d.sync += g_hi.eq(Mux(hi_follow, src.hdr[W:], g_hi >> W))
+            m.d.sync += g_hi.eq(Mux(hi_follow, src.hdr[W:], Cat(g_hi[W:], g_hi[:W])))
 
         # Sticky errors, write-1-to-clear.
         raised = Signal(ErrorFlags)
@@ -902,34 +986,59 @@ class PacketBuilder(wiring.Component):
         ]
         m.d.sync += self.error.eq((self.error.as_value() & ~self.error_clear.as_value()) | raised.as_value())
 
-        # ---- bt: beat register; feeds the CRC engines and the delay line
+        # ---- ga: the beat as the generator pushed it: its header part (`data`: g_lo), the masked
+        # payload beat it took (`ga_pay`, zero if none) and the shift (header length mod B).
         beat = data.StructLayout({"data": W, "keep": B, "last": 1, "user": 1, "phase": 2,
                                   "tail_off": max(lb, 1), "ib": 1})
+        ga_valid = Signal()
+        ga_beat = Signal(beat, reset_less=True)
+        ga_pay = Signal(W, reset_less=True)
+        ga_h = Signal(max(lb, 1), reset_less=True)
+        ga_mj = Signal.like(g_mj, reset_less=True)
+        ga_tmpl = Signal.like(g_tmpl, reset_less=True)
+        ga_crc_valid = Signal()
+        ga_crc_keep = Signal(B)
+        ga_crc_last = Signal()
+        crc_first = Mux(g_p.cs1, g_second, g_first)
+        crc_last = Mux(g_p.dc, br_eq1, g_last)
+        m.d.sync += [
+            ga_valid.eq(push),
+            ga_beat.data.eq(g_lo),
+            ga_pay.eq(pay_m),
+            ga_h.eq(g_p.h),
+            ga_mj.eq(g_mj), ga_tmpl.eq(g_tmpl),
+            ga_beat.keep.eq(Mux(g_last, g_p.last_keep, ones)),
+            ga_beat.last.eq(g_last),
+            ga_beat.user.eq(g_last & (g_abort | early_ev | late_ev)),
+            ga_beat.phase.eq(Mux(Mux(g_p.dt, br_eq1, g_last), 1, Mux(g_p.dt & g_last, 2, 0))),
+            ga_beat.tail_off.eq(g_p.tail_off),
+            ga_beat.ib.eq(g_ib),
+            ga_crc_valid.eq(~(g_p.cs1 & g_first) & ~(g_p.dc & g_last)),
+            ga_crc_keep.eq(Mux(crc_first, g_p.cs_mask, ones) & Mux(crc_last, g_p.crc_last_mask, ones)),
+            ga_crc_last.eq(crc_last),
+        ]
+
+        # ---- bt: beat register; feeds the CRC engines and the delay line. The payload lanes are
+        # a funnel shift of this beat's payload and the one before it (`ga_prev`, the frame's last
+        # payload beat, zero at a frame's start), by the header length mod B: all from registers.
+        ga_prev = Signal(W)
+        with m.If(ga_valid):
+            m.d.sync += ga_prev.eq(Mux(ga_beat.last, 0, ga_pay))
+        funnel = (Cat(ga_prev, ga_pay) << Cat(Const(0, 3), ga_h[:lb]))[W:2 * W]
         bt_valid = Signal()
         bt_beat = Signal(beat, reset_less=True)
         bt_mask = Signal(W, reset_less=True)       # ICRC view: bytes forced to ones in this beat
         bt_crc_valid = Signal()
         bt_crc_keep = Signal(B)
         bt_crc_last = Signal()
-        crc_first = Mux(g_p.cs1, g_second, g_first)
-        crc_last = Mux(g_p.dc, br_eq1, g_last)
         m.d.sync += [
-            bt_valid.eq(push),
-            bt_beat.data.eq(out_data),
-            bt_beat.keep.eq(Mux(g_last, g_p.last_keep, ones)),
-            bt_beat.last.eq(g_last),
-            bt_beat.user.eq(g_last & (g_abort | early_ev | late_ev)),
-            bt_beat.phase.eq(Mux(Mux(g_p.dt, br_eq1, g_last), 1, Mux(g_p.dt & g_last, 2, 0))),
-            bt_beat.tail_off.eq(g_p.tail_off),
-            bt_beat.ib.eq(g_ib),
-            bt_crc_valid.eq(~(g_p.cs1 & g_first) & ~(g_p.dc & g_last)),
-            bt_crc_keep.eq(Mux(crc_first, g_p.cs_mask, ones) & Mux(crc_last, g_p.crc_last_mask, ones)),
-            bt_crc_last.eq(crc_last),
+            bt_valid.eq(ga_valid), bt_beat.eq(ga_beat), bt_beat.data.eq(ga_beat.data | funnel),
+            bt_crc_valid.eq(ga_crc_valid), bt_crc_keep.eq(ga_crc_keep), bt_crc_last.eq(ga_crc_last),
         ]
 
         # An OR of (template, beat) matches per bit, not a case table: yosys would turn a table
         # into a block-RAM ROM, whose clock-to-output alone is most of a 6.4 ns cycle.
-        mj_tmpl = Cat(g_mj, g_tmpl)
+        mj_tmpl = Cat(ga_mj, ga_tmpl)
         mask_at = [[] for _ in range(W)]
         for t in _TEMPLATES:
             for j in range(mask_beats):
@@ -957,7 +1066,7 @@ class PacketBuilder(wiring.Component):
         r2_vcrc = Signal(16)
         cols, const = _crc_extend(VCRC, ICRC_LEN)
         m.d.sync += [r2_icrc.eq(r1_icrc),
-                     r2_vcrc.eq(xor_tree(cols, Cat(r1_vcrc, r1_icrc), 16) ^ const)]
+                     r2_vcrc.eq(xor_tree(cols, Cat(r1_vcrc, r1_icrc), 16, m, platform, "r2_vcrc") ^ const)]
 
         # ---- delay line: each beat meets its frame's CRCs at the end
         # The beats run through a ring in LUT RAM (written every clock, read delay - 1 entries
@@ -990,7 +1099,7 @@ class PacketBuilder(wiring.Component):
             tl_beat.eq(dl_beat), tl_valid.eq(dl_valid),
         ]
 
-        m.submodules.fifo = fifo = SyncFIFOBuffered(width=W + B + 2, depth=self._depth)
+        m.submodules.fifo = fifo = CreditFIFO(width=W + B + 2, depth=self._depth)
         m.d.comb += [
             fifo.w_en.eq(tl_valid),
             fifo.w_data.eq(Cat(tl_beat.data | tl_add, tl_beat.keep, tl_beat.last, tl_beat.user)),
