@@ -11,19 +11,20 @@ from amaranth import Module
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.sim import Simulator
 
-from rnic.hdl.fifo import BlockFIFO
+from rnic.hdl.fifo import BlockFIFO, CreditFIFO
 from rnic.sim.toolchain import seed_from_env
 
 
-@pytest.mark.parametrize("depth", [1, 2, 3, 16, 32])
-def test_block_fifo_matches_sync_fifo_buffered(depth):
+def _against_sync_fifo_buffered(make_dut, depth, tag, outputs, *, credit=False, check=None):
+    """Random writes and reads into ``make_dut()`` and into ``SyncFIFOBuffered`` of the same depth;
+    ``outputs`` and ``r_data`` (while ``r_rdy``) must match in every clock. With ``credit``,
+    writes only while the reference has room. ``check(ctx, dut, level)``: more checks a clock."""
     seed = seed_from_env()
     print(f"seed {seed} (rerun with RNIC_SEED={seed})")
-    rng = random.Random(f"{seed}-fifo-{depth}")
+    rng = random.Random(f"{seed}-{tag}-{depth}")
     m = Module()
     m.submodules.ref = ref = SyncFIFOBuffered(width=12, depth=depth)
-    m.submodules.dut = dut = BlockFIFO(width=12, depth=depth)
-    outputs = ("w_rdy", "r_rdy", "level")
+    m.submodules.dut = dut = make_dut()
     sim = Simulator(m)
     sim.add_clock(1e-8)
     stats = {"writes": 0, "reads": 0, "full": 0}
@@ -31,25 +32,35 @@ def test_block_fifo_matches_sync_fifo_buffered(depth):
     async def tb(ctx):
         for cycle in range(3000):
             phase = cycle // 300 % 3            # fill-heavy, drain-heavy, balanced
-            w_en = rng.random() < (0.8, 0.2, 0.5)[phase]
+            w_rdy = ctx.get(ref.w_rdy)
+            w_en = (w_rdy or not credit) and rng.random() < (0.8, 0.2, 0.5)[phase]
             r_en = rng.random() < (0.2, 0.8, 0.5)[phase]
             data = rng.randrange(1 << 12)
             for q in (ref, dut):
                 ctx.set(q.w_en, w_en), ctx.set(q.w_data, data), ctx.set(q.r_en, r_en)
-            got = {name: (ctx.get(getattr(ref, name)), ctx.get(getattr(dut, name))) for name in outputs}
-            for name, (want, have) in got.items():
+            for name in outputs:
+                want, have = ctx.get(getattr(ref, name)), ctx.get(getattr(dut, name))
                 assert have == want, f"clock {cycle}: {name} {have}, SyncFIFOBuffered {want}"
-            assert ctx.get(dut.empty) == (got["level"][0] == 0), f"clock {cycle}: empty"
+            if check:
+                check(ctx, dut, ctx.get(ref.level))
             if ctx.get(ref.r_rdy):
                 assert ctx.get(dut.r_data) == ctx.get(ref.r_data), f"clock {cycle}: r_data differs"
-            stats["writes"] += w_en and ctx.get(ref.w_rdy)
+            stats["writes"] += w_en and w_rdy
             stats["reads"] += r_en and ctx.get(ref.r_rdy)
-            stats["full"] += not ctx.get(ref.w_rdy)
+            stats["full"] += not w_rdy
             await ctx.tick()
 
     sim.add_testbench(tb)
     sim.run()
     assert stats["writes"] > 500 and stats["reads"] > 500 and stats["full"] > 10, stats
+
+
+@pytest.mark.parametrize("depth", [1, 2, 3, 16, 32])
+def test_block_fifo_matches_sync_fifo_buffered(depth):
+    def empty_is_level_zero(ctx, dut, level):
+        assert ctx.get(dut.empty) == (level == 0), f"empty at level {level}"
+    _against_sync_fifo_buffered(lambda: BlockFIFO(width=12, depth=depth), depth, "fifo",
+                                ("w_rdy", "r_rdy", "level"), check=empty_is_level_zero)
 
 
 @pytest.mark.parametrize("depth", [3, 4, 17])
@@ -101,37 +112,5 @@ def test_block_fifo_fabric_out(depth):
 def test_credit_fifo_matches_sync_fifo_buffered(depth):
     """CreditFIFO against SyncFIFOBuffered, writes only while the reference has room (the
     writer's credit): w_rdy, r_rdy and r_data the same in every clock."""
-    from rnic.hdl.fifo import CreditFIFO
-
-    seed = seed_from_env()
-    print(f"seed {seed} (rerun with RNIC_SEED={seed})")
-    rng = random.Random(f"{seed}-credit-fifo-{depth}")
-    m = Module()
-    m.submodules.ref = ref = SyncFIFOBuffered(width=12, depth=depth)
-    m.submodules.dut = dut = CreditFIFO(width=12, depth=depth)
-    sim = Simulator(m)
-    sim.add_clock(1e-8)
-    stats = {"writes": 0, "reads": 0, "full": 0}
-
-    async def tb(ctx):
-        for cycle in range(3000):
-            phase = cycle // 300 % 3            # fill-heavy, drain-heavy, balanced
-            w_rdy = ctx.get(ref.w_rdy)
-            w_en = w_rdy and rng.random() < (0.8, 0.2, 0.5)[phase]
-            r_en = rng.random() < (0.2, 0.8, 0.5)[phase]
-            data = rng.randrange(1 << 12)
-            for q in (ref, dut):
-                ctx.set(q.w_en, w_en), ctx.set(q.w_data, data), ctx.set(q.r_en, r_en)
-            for name in ("w_rdy", "r_rdy"):
-                want, have = ctx.get(getattr(ref, name)), ctx.get(getattr(dut, name))
-                assert have == want, f"clock {cycle}: {name} {have}, SyncFIFOBuffered {want}"
-            if ctx.get(ref.r_rdy):
-                assert ctx.get(dut.r_data) == ctx.get(ref.r_data), f"clock {cycle}: r_data differs"
-            stats["writes"] += w_en
-            stats["reads"] += r_en and ctx.get(ref.r_rdy)
-            stats["full"] += not w_rdy
-            await ctx.tick()
-
-    sim.add_testbench(tb)
-    sim.run()
-    assert stats["writes"] > 500 and stats["reads"] > 500 and stats["full"] > 10, stats
+    _against_sync_fifo_buffered(lambda: CreditFIFO(width=12, depth=depth), depth, "credit-fifo",
+                                ("w_rdy", "r_rdy"), credit=True)
