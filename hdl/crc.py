@@ -306,10 +306,10 @@ class CrcStream(wiring.Component):
             stop = min(start + _CHUNK_LANES, n)
             p = Signal(w, name=f"s2_partial{c}")
             m.d.sync += p.eq(xor_tree(self._data_cols[8 * start:8 * stop],
-                                       s1_data[8 * start:8 * stop], w, m, platform, f"s2_partial{c}"))
+                                       s1_data[8 * start:8 * stop], w))
             partials.append(p)
         p = Signal(w, name="s2_offset")
-        m.d.sync += p.eq(xor_tree(self._offset_cols, s1_lo, w, m, platform, "s2_offset"))
+        m.d.sync += p.eq(xor_tree(self._offset_cols, s1_lo, w))
         partials.append(p)
         m.d.sync += [
             s2_valid.eq(s1_valid),
@@ -351,13 +351,13 @@ class CrcStream(wiring.Component):
         t_z = Signal(self._z_bits, name="t0_z")
         m.d.sync += [
             t_valid.eq(y_valid),
-            t_value.eq(xor_tree(self._basis, y_value, w, m, platform, "t0_basis")),
+            t_value.eq(xor_tree(self._basis, y_value, w)),
             t_z.eq(y_z),
         ]
         for k, mats in enumerate(self._digit_mats):
             digit = t_z[_DIGIT_BITS * k:_DIGIT_BITS * (k + 1)]
             value = Signal(w, name=f"t{k + 1}_next")
-            trees = {d: xor_tree(mat, t_value, w, m, platform, f"t{k + 1}_d{d}") for d, mat in mats.items()}
+            trees = {d: xor_tree(mat, t_value, w) for d, mat in mats.items()}
             with m.Switch(digit):
                 for d in mats:
                     with m.Case(d):
