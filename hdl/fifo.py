@@ -154,10 +154,8 @@ class CreditFIFO(wiring.Component):
         out = Signal(self.width, reset_less=True)
         # The read decision in two copies (rnic.hdl.prim): one for the fill and pointer, one for
         # the wide output register's enables, each placed near what it drives.
-        read, read_out = (
-            lut4(m, platform, name, lambda *b, order=order: _read(*(b[order.index(i)] for i in range(3))),
-                 [[fill[0], self.r_rdy, self.r_en][i] for i in order])
-            for name, order in (("read", (0, 1, 2)), ("read_out", (1, 0, 2))))
+        read, read_out = (lut4(m, platform, name, _read, [fill[0], self.r_rdy, self.r_en], order)
+                          for name, order in (("read", (0, 1, 2)), ("read_out", (1, 0, 2))))
         m.d.comb += [
             w_port.addr.eq(wp), w_port.data.eq(self.w_data), w_port.en.eq(self.w_en),
             r_port.addr.eq(rp),

@@ -706,10 +706,7 @@ class PacketBuilder(wiring.Component):
             def select(*bits, members=members, spare=spare):
                 t = sum(b << k for k, b in enumerate(bits[:-1]))
                 return t in members or (spare is not None and not bits[-1] and t == spare)
-            order = orders[c % len(orders)]
-            nxt = lut4(m, platform, f"{sel.name}_next",
-                       lambda *b, order=order, select=select: select(*(b[order.index(i)] for i in range(len(b)))),
-                       [sel_in[i] for i in order])
+            nxt = lut4(m, platform, f"{sel.name}_next", select, sel_in, orders[c % len(orders)])
             with m.If(s4_en):
                 m.d.sync += sel.eq(nxt)
         s5_fl = Signal(first_info)           # s5's first-beat flags, as s5 loads them
@@ -808,13 +805,9 @@ class PacketBuilder(wiring.Component):
         # next_frame = ~g_active | last_free | (last_pay & payload.valid), in three copies: the
         # control logic's, and the load enables of g_lo's and of the other frame registers' ~100
         # bits. Each is one LUT4 with its inputs in another order, so that synthesis keeps them apart.
-        nf_in = {"a": g_active, "f": last_free, "p": last_pay, "v": self.payload.valid}
-        nf = {}
-        for copy, order in (("", "afpv"), ("_lo", "fapv"), ("_regs", "pafv")):
-            def ready_for_frame(*bits, order=order):
-                b = dict(zip(order, bits))
-                return not b["a"] or b["f"] or (b["p"] and b["v"])
-            nf[copy] = lut4(m, platform, f"next_frame{copy}", ready_for_frame, [nf_in[k] for k in order])
+        nf = {copy: lut4(m, platform, f"next_frame{copy}", lambda a, f, p, v: not a or f or (p and v),
+                         [g_active, last_free, last_pay, self.payload.valid], order)
+              for copy, order in (("", (0, 1, 2, 3)), ("_lo", (1, 0, 2, 3)), ("_regs", (2, 0, 1, 3)))}
         m.d.comb += next_frame.eq(nf[""])
         take = push & need_pl                                # a payload beat goes into this beat
         is_final = g_final
@@ -840,14 +833,12 @@ class PacketBuilder(wiring.Component):
         # payload.valid = 1 and for 0, both from registers only, and then one LUT4 picks by
         # payload.valid: the handshake reaches them through one LUT, not through the decisions'
         # own logic (ABC, left to itself, put the decision first and four LUTs after it).
-        # A credit from registers only: inflight grows by at most one a clock, so
-        # inflight < depth - 1 now leaves room for a push next clock (pops count a clock late).
-        # g_room is that compare as a flip-flop, computed with the in-flight count's next value.
-        g_room_next = g_room
-        # inflight moves by at most one a clock: the next compare is one of three of today's count.
+        # The credit g_room is inflight < depth - 1 (inflight grows by at most one a clock, so that
+        # leaves room for a push next clock), as a flip-flop computed from the count's next value:
+        # the count moves by at most one, so that is one of three compares of today's count.
         room_after_push = inflight < self._depth - 2
         g_room_now = inflight < self._depth - 1
-        m.d.sync += Assert(g_room == (inflight < self._depth - 1), "packet builder: g_room\n")
+        m.d.sync += Assert(g_room == g_room_now, "packet builder: g_room\n")
         m.d.sync += Assert(go_any == (go_free | go_pay), "packet builder: go_any\n")
         m.d.sync += Assert(need_pl == (g_pl & ~g_fill), "packet builder: need_pl\n")
 
@@ -871,7 +862,7 @@ class PacketBuilder(wiring.Component):
             # drop != 0, without the adder (the decrement happens only while drop_cnt != 0).
             dropping_v = ((g_load_v & head.drop) | late_drop_v | (drop_cnt >= 2)
                           | ((drop_cnt == 1) & ~(v & pv.last)))
-            go = active & g_room_next
+            go = active & g_room
             need = pl & ~fill
             dont_care = ~k_next & ~s5v_next
             return [
@@ -883,7 +874,7 @@ class PacketBuilder(wiring.Component):
                 (need_pl, need),
                 (go_free, go & ~need), (go_pay, go & need & ~dropping_v), (go_any, go & (~need | ~dropping_v)),
                 (last_free, go & ~need & last), (last_pay, go & need & ~dropping_v & last),
-                (hi_follow, ~active | ~in_hdr), (hi_en, ~active | ~in_hdr | g_room_next),
+                (hi_follow, ~active | ~in_hdr), (hi_en, ~active | ~in_hdr | g_room),
                 (k_valid, k_next), (src_valid, k_next | s5v_next),
                 *((kv[c], k_next | (dont_care & variants[c])) for c in range(_COPIES)),
                 (head, Mux(k_next, head, Mux(s5_en, s5_fl, s5_f.fl))),
@@ -893,13 +884,8 @@ class PacketBuilder(wiring.Component):
 
         for (reg, if1), (_, if0) in zip(decide(Const(1, 1)), decide(Const(0, 1))):
             reg, if1, if0 = Value.cast(reg), Value.cast(if1), Value.cast(if0)
-            if any(reg is e for e in en_ctl):    # another input order, so not merged with en
-                pick = [lut4(m, platform, f"{reg.name}_by_valid{i}", lambda a, v, b: a if v else b,
-                             [if1[i], self.payload.valid, if0[i]]) for i in range(len(reg))]
-            else:
-                pick = [lut4(m, platform, f"{reg.name}_by_valid{i}", lambda v, a, b: a if v else b,
-                             [self.payload.valid, if1[i], if0[i]]) for i in range(len(reg))]
-            m.d.sync += reg.eq(Cat(*pick))
+            m.d.sync += reg.eq(Cat(*(lut4(m, platform, f"{reg.name}_by_valid{i}", lambda v, a, b: a if v else b,
+                                          [self.payload.valid, if1[i], if0[i]]) for i in range(len(reg)))))
 
         # The stage enables: stage i loads next clock unless k and stages i..5 will all be full,
         # en_i' = ~(k_next & F_i). A stage that does not load holds a descriptor (its enable is 0
@@ -927,15 +913,11 @@ class PacketBuilder(wiring.Component):
             pair34,
             lut4(m, platform, "full_from4", held_or_fed, [en_ctl[4], valid[3]]),
         ]
-        for i in range(5):
-            full = full_from[i]
-            inputs = {"v": self.payload.valid, "k1": k_next_if[1], "k0": k_next_if[0], "f": full}
-            for copy, order in ((en, ("v", "k1", "k0", "f")), (en_ctl, ("f", "k0", "k1", "v"))):
-                def enable(*bits, order=order):
-                    b = dict(zip(order, bits))
-                    return not ((b["k1"] if b["v"] else b["k0"]) and b["f"])
-                m.d.sync += copy[i].eq(lut4(m, platform, f"{copy[i].name}_next", enable,
-                                            [inputs[k] for k in order]))
+        for i, full in enumerate(full_from):
+            for copy, order in ((en, (0, 1, 2, 3)), (en_ctl, (3, 2, 1, 0))):
+                m.d.sync += copy[i].eq(lut4(m, platform, f"{copy[i].name}_next",
+                                            lambda v, k1, k0, f: not ((k1 if v else k0) and f),
+                                            [self.payload.valid, k_next_if[1], k_next_if[0], full], order))
         m.d.sync += [drop_stall.eq(drop_cnt >= 2), pop_d.eq(pop)]
 
         with m.If(push):

@@ -31,9 +31,18 @@ def lut4_init(fn, n_inputs):
     return init
 
 
-def lut4(m, platform, name, fn, inputs):
+def lut4(m, platform, name, fn, inputs, order=None):
     """A one-bit signal ``name`` equal to ``fn(*bits of inputs)`` (up to four one-bit values, first
-    = least significant), in one ``LUT4`` on ECP5. Returns the signal (combinational)."""
+    = least significant), in one ``LUT4`` on ECP5. Returns the signal (combinational).
+
+    ``order`` (a permutation of the input indices) connects the LUT's pins to
+    ``inputs[order[0]], inputs[order[1]], ..``: the same function with another INIT, so that
+    copies of one function on the same signals are not merged by synthesis."""
+    if order is not None:
+        if sorted(order) != list(range(len(inputs))):
+            raise ValueError(f"order must be a permutation of 0..{len(inputs) - 1}, not {order!r}")
+        inputs = [inputs[i] for i in order]
+        fn = (lambda f, o: lambda *b: f(*(b[o.index(i)] for i in range(len(o)))))(fn, tuple(order))
     inputs = [Cat(x) for x in inputs]
     if any(len(x) != 1 for x in inputs):
         raise ValueError("lut4 inputs are one bit each")

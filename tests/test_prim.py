@@ -1,6 +1,6 @@
 """rnic.hdl.prim: the ECP5 form (LUT4 instances, with yosys' own LUT4 model) is formally equivalent to
 the plain logic that simulation runs (yosys ``equiv_simple``), for functions with their inputs in
-any order and for XOR trees; and a wrong INIT is caught."""
+any order (written out, or by ``order``) and for XOR trees; and a wrong INIT is caught."""
 
 import shutil
 import subprocess
@@ -23,7 +23,7 @@ def _f(w, x, y, z):
 
 class _Prims(wiring.Component):
     a: In(11)
-    y: Out(5)
+    y: Out(6)
 
     def elaborate(self, platform):
         m = Module()
@@ -34,6 +34,7 @@ class _Prims(wiring.Component):
             self.y[2].eq(lut4(m, platform, "l2", lambda p, q: p != q, [a[4], a[5]])),
             self.y[3].eq(lut4(m, platform, "l3", lambda v, p, q: p if v else q, [a[6], a[7], a[8]])),
             self.y[4].eq(xor_lut4(m, platform, "x", [a[i] for i in range(11)])),
+            self.y[5].eq(lut4(m, platform, "l4", _f, [a[0], a[1], a[2], a[3]], order=(2, 0, 3, 1))),
         ]
         return m
 
@@ -61,7 +62,7 @@ def test_lut4_init():
 
 def test_ecp5_form_is_equivalent(tmp_path):
     gate = rtlil.convert(_Prims(), name="gate", platform=_Target("ecp5"))
-    assert gate.count("LUT4") >= 7, "the ECP5 form should instantiate LUT4s"
+    assert gate.count("LUT4") >= 8, "the ECP5 form should instantiate LUT4s"
     r = _equiv(tmp_path, gate)
     assert r.returncode == 0, r.stdout + r.stderr
 
