@@ -397,6 +397,8 @@ class DescriptorEngine(wiring.Component):
         def has_work(qp):
             """The QP of context ``qp`` goes (back) into the ready list: WQEs posted, RTS or ERROR."""
             return (qp.sq_ci != qp.sq_pi) & ((qp.state == QpState.RTS) | (qp.state == QpState.ERROR))
+        ctx_work = Signal()            # has_work(ctx) a clock ago
+        dctx_work = Signal()           # has_work(dctx) a clock ago
 
         ww = self.wqe_width
         nb = 512 // ww
@@ -629,8 +631,7 @@ class DescriptorEngine(wiring.Component):
             with m.State("DB-Schedule"):
                 # sched_r.data is the scheduled bit of qpn (qpn has been stable for many clocks)
                 with m.If((ctx.sq_ci != ctx.sq_pi) & ~sched_r.data):
-                    m.d.comb += [rdy.w_en.eq(1), rdy.w_data.eq(Cat(qpn, Const(0, 32))),
-                                 sched_w.en.eq(1), sched_w.data.eq(1)]
+                    m.d.comb += [rdy.w_en.eq(1), sched_w.en.eq(1), sched_w.data.eq(1)]
                 m.next = "Idle"
 
             # a turn
@@ -828,7 +829,11 @@ class DescriptorEngine(wiring.Component):
                 with m.If(self.qpc_resp.valid):
                     # state and indices as Peek found them (la_rts): only that QP's own requests and
                     # doorbells change them, and neither comes in between; only the status is new
-                    with m.If((self.qpc_resp.payload.status == Status.OK) & rdy.r_rdy & (rdy.r_data[:24] == la_qpn) &
+                    # the ready list's head is la_qpn: Peek took la_qpn from it, Send-Loop went to
+                    # Handoff only with r_rdy, and only Idle and this state pop it
+                    m.d.sync += Assert(rdy.r_rdy & (rdy.r_data[:24] == la_qpn),
+                                       "engine: Handoff onto a QP that is not the ready list's head\n")
+                    with m.If((self.qpc_resp.payload.status == Status.OK) &
                               ~self.doorbell.valid & ~self.cq_doorbell.valid):
                         m.d.comb += rdy.r_en.eq(1)
                         m.d.sync += [d_active.eq(1), d_inflight.eq(inflight), dqpn.eq(qpn), dsquash.eq(0),
@@ -960,8 +965,8 @@ class DescriptorEngine(wiring.Component):
             # the draining turn's last commit is done: its QP goes back to the ready list (or leaves)
             with m.State("D-End"):
                 m.d.comb += in_dend.eq(1)
-                with m.If(has_work(dctx)):
-                    m.d.comb += [rdy.w_en.eq(1), rdy.w_data.eq(Cat(dqpn, doffset))]
+                with m.If(dctx_work):
+                    m.d.comb += rdy.w_en.eq(1)
                 with m.Else():
                     m.d.comb += [sched_w.en.eq(1), sched_w.data.eq(0)]
                 m.d.sync += [d_active.eq(0), dsquash.eq(0)]
@@ -972,8 +977,8 @@ class DescriptorEngine(wiring.Component):
                 m.d.sync += sending.eq(0)
                 with m.If(pf_n > la_held):
                     m.d.comb += next_take.eq(1)               # only the lookahead may stay between turns
-                with m.Elif(has_work(ctx)):
-                    m.d.comb += [rdy.w_en.eq(1), rdy.w_data.eq(Cat(qpn, offset))]
+                with m.Elif(ctx_work):
+                    m.d.comb += rdy.w_en.eq(1)
                 with m.Else():
                     m.d.comb += [sched_w.en.eq(1), sched_w.data.eq(0)]
                     m.d.sync += offset.eq(0)
@@ -985,6 +990,16 @@ class DescriptorEngine(wiring.Component):
         m.d.sync += Assert(~self.qpc_resp.valid | Cat(*(fsm.ongoing(s) for s in resp_states)).any(),
                            "engine: QP cache response in a state that does not take it\n")
 
+        # The ready list's write data by state alone (its enable carries the conditions), and
+        # has_work() of ctx / dctx a clock old: Turn-End and D-End are entered from Loop and
+        # Send-Loop, which take no cache response, so neither context changed on the way in.
+        m.d.comb += rdy.w_data.eq(Mux(in_dend, Cat(dqpn, doffset),
+                                      Cat(qpn, Mux(fsm.ongoing("DB-Schedule"), 0, offset))))
+        m.d.sync += [ctx_work.eq(has_work(ctx)), dctx_work.eq(has_work(dctx))]
+        m.d.sync += Assert((ctx_work == has_work(ctx)) | ~fsm.ongoing("Turn-End"),
+                           "engine: Turn-End's registered has_work differs\n")
+        m.d.sync += Assert((dctx_work == has_work(dctx)) | ~in_dend,
+                           "engine: D-End's registered has_work differs\n")
         check_credit(m, rdy, "engine: ready list (one entry per QP at most)")
         check_credit(m, info, "engine: in-flight packets (the window)", read=True)
 
