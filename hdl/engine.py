@@ -482,16 +482,21 @@ class DescriptorEngine(wiring.Component):
                 m.next = state
             return f
 
+        # Which request the cache answers next: a lookahead lookup (Peek, Handoff) or one of the
+        # turn's own. Responses come only in the states that wait for them (an Assert below checks
+        # it), so ``ctx`` and ``dctx`` load from the response on these flags and the response's
+        # status alone, with no state decode in their enables (after the FSM, below).
+        resp_la = Signal()             # the response due is a lookahead lookup's
+        resp_ho = Signal()             # ... and Handoff's
+        resp_ok = Signal()
+        m.d.comb += resp_ok.eq(self.qpc_resp.valid & (self.qpc_resp.payload.status == Status.OK))
+        with m.If(self.qpc_resp.valid):
+            m.d.sync += [resp_la.eq(0), resp_ho.eq(0)]
+
         def take_resp():
-            """Take a cache response (valid in this clock): an OK one reloads ``ctx``. Returns ok."""
-            ok = self.qpc_resp.payload.status == Status.OK
-            rec = data.View(cached_layout, self.qpc_resp.payload.record)
-            with m.If(ok & cd):
-                m.d.sync += [dctx.state.eq(rec.state), dctx.sq_ci.eq(rec.sq_ci), dctx.sq_pi.eq(rec.sq_pi),
-                             dctx.cqn.eq(rec.cqn)]
-            with m.Elif(ok):
-                m.d.sync += ctx.eq(self.qpc_resp.payload.record)
-            return ok
+            """Take a cache response (valid in this clock); an OK one reloads ``ctx`` (``dctx`` for
+            the draining turn's commit). Returns ok."""
+            return self.qpc_resp.payload.status == Status.OK
 
         def request(op_, arg, who=c_qpn):
             """Drive a cache request in this clock (it transfers on ``qpc_req.ready``). The FSM must
@@ -788,6 +793,7 @@ class DescriptorEngine(wiring.Component):
                     m.d.comb += fetching.eq(1)
                     request(Op.LOOKUP, 0, who=la_qpn)
                     with m.If(self.qpc_req.ready):
+                        m.d.sync += [resp_la.eq(1), resp_ho.eq(name == "Handoff")]
                         m.next = f"{name}-Resp"
 
             la_lookup("Peek")
@@ -839,7 +845,7 @@ class DescriptorEngine(wiring.Component):
                         m.d.sync += [d_active.eq(1), d_inflight.eq(inflight), dqpn.eq(qpn), dsquash.eq(0),
                                      dctx.state.eq(ctx.state), dctx.sq_ci.eq(ctx.sq_ci), dctx.sq_pi.eq(ctx.sq_pi),
                                      dctx.cqn.eq(ctx.cqn), doffset.eq(Mux(issued_last, 0, issue_off)),
-                                     qpn.eq(la_qpn), offset.eq(rdy.r_data[24:]), ctx.eq(rec), steps.eq(0), si.eq(0),
+                                     qpn.eq(la_qpn), offset.eq(rdy.r_data[24:]), steps.eq(0), si.eq(0),
                                      peeked.eq(0), turn_flush.eq(0)]
                         m.next = "Loop"
                     with m.Else():
@@ -989,6 +995,21 @@ class DescriptorEngine(wiring.Component):
         # assertion in simulation (Verilator --assert); synthesis removes it.
         m.d.sync += Assert(~self.qpc_resp.valid | Cat(*(fsm.ongoing(s) for s in resp_states)).any(),
                            "engine: QP cache response in a state that does not take it\n")
+        # ctx / dctx from the response: every turn's own response (take_resp()), and Handoff's when
+        # it starts the new turn (the condition Handoff-Resp pops the ready list on)
+        rec = data.View(cached_layout, self.qpc_resp.payload.record)
+        with m.If(resp_ok & resp_ho & ~self.doorbell.valid & ~self.cq_doorbell.valid):
+            m.d.sync += ctx.eq(rec)
+        with m.Elif(resp_ok & ~resp_la & cd):
+            m.d.sync += [dctx.state.eq(rec.state), dctx.sq_ci.eq(rec.sq_ci), dctx.sq_pi.eq(rec.sq_pi),
+                         dctx.cqn.eq(rec.cqn)]
+        with m.Elif(resp_ok & ~resp_la):
+            m.d.sync += ctx.eq(rec)
+        la_resp_states = ("Peek-Resp", "Handoff-Resp")
+        m.d.sync += Assert(~self.qpc_resp.valid | (resp_la == Cat(*(fsm.ongoing(s) for s in la_resp_states)).any()),
+                           "engine: a lookahead response outside Peek-Resp / Handoff-Resp, or the reverse\n")
+        m.d.sync += Assert(~self.qpc_resp.valid | (resp_ho == fsm.ongoing("Handoff-Resp")),
+                           "engine: Handoff's response flag differs\n")
 
         # The ready list's write data by state alone (its enable carries the conditions), and
         # has_work() of ctx / dctx a clock old: Turn-End and D-End are entered from Loop and
