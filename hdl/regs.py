@@ -44,9 +44,16 @@ Timing:
 * interrupt moderation timer: the CQE sampled at edge ``t`` that leaves the first unreported CQE
   starts it; the timer event is visible right after edge ``t + INT_MOD_TIMER`` (exactly), unless a
   count event came first. CQEs sampled at the firing edge are covered by the event.
+
+Structure for timing: whatever decides a write comes from flip-flops (the address decoded at the AW
+handshake, the data masked at the W handshake, the interrupt moderation and first-error conditions
+kept registered a clock ahead; ``Assert`` statements check those in simulation). A read registers
+one word per 16-word bank at the AR handshake; ``rdata`` is the OR of the addressed bank and SGID
+field.
 """
 
-from amaranth import Cat, Const, Module, Mux, Signal
+from amaranth import Cat, Const, Module, Mux, Signal, Value
+from amaranth.hdl import Assert
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.memory import Memory
@@ -99,6 +106,11 @@ assert SGID_STRIDE == 0x20 and SGID_BASE % (SGID_STRIDE * SGID_ENTRIES) == 0 and
 assert all(REG[f"SGID{i}_{f}"].offset == SGID_BASE + SGID_STRIDE * i + 4 * k
            for i in range(SGID_ENTRIES) for k, f in enumerate(_SGID_FIELDS))
 assert _SGID_REGS == {r.name for r in REGISTERS if r.name.startswith("SGID")}
+
+
+def is_sgid(word):
+    """A word address of the SGID table: region | entry (4 bits) | field (3 bits; 7 is a hole)."""
+    return (word[7:] == SGID_BASE >> 9) & (word[:3] != 7)
 
 
 def _in(value, members):
@@ -222,62 +234,114 @@ class RegisterBlock(wiring.Component):
             value[reg.name] = store[reg.name]
 
         # --- write channel --------------------------------------------------------------------------
-        aw_have, w_have, b_valid = Signal(), Signal(), Signal()
-        aw_word = Signal(ADDR_WIDTH - 2)
-        w_data, w_strb = Signal(32), Signal(4)
+        # The address is decoded at the AW handshake (one flag per writable register, the SGID
+        # field) and the data masked at the W handshake, so a write's enables come from flip-flops.
+        aw_have = Signal()
+        w_have = Signal()
+        b_valid = Signal()
+        aw_hs = bus.awvalid & ~aw_have
+        w_hs = bus.wvalid & ~w_have
         m.d.comb += [
             bus.awready.eq(~aw_have), bus.wready.eq(~w_have),
             bus.bvalid.eq(b_valid), bus.bresp.eq(0),
         ]
-        with m.If(bus.awvalid & bus.awready):
-            m.d.sync += [aw_have.eq(1), aw_word.eq(bus.awaddr[2:])]
-        with m.If(bus.wvalid & bus.wready):
-            m.d.sync += [w_have.eq(1), w_data.eq(bus.wdata), w_strb.eq(bus.wstrb)]
+        writable = [reg for reg in REGISTERS if reg.access is not Access.RO and reg.name not in _SGID_REGS]
+        sel = {reg.name: Signal(name=f"sel_{reg.name.lower()}") for reg in writable}
+        aw_sgid = Signal()                      # the write is to the SGID table ...
+        sgid_field = Signal(len(_SGID_FIELDS))  # ... this field (one-hot) ...
+        sgid_entry = Signal(4)                  # ... of this entry
+        aw_word = bus.awaddr[2:]
+        with m.If(aw_hs):
+            m.d.sync += [aw_have.eq(1), sgid_entry.eq(aw_word[3:7]), aw_sgid.eq(is_sgid(aw_word))]
+            m.d.sync += [s.eq(aw_word == REG[name].offset >> 2) for name, s in sel.items()]
+            m.d.sync += [sgid_field[k].eq(is_sgid(aw_word) & (aw_word[:3] == k)) for k in range(len(_SGID_FIELDS))]
 
-        w_mask = Signal(32)
-        m.d.comb += w_mask.eq(Cat(*(b.replicate(8) for b in w_strb)))
-        w_bits = w_data & w_mask                     # W1C bits / WO value
-        sel = {reg.name: aw_word == reg.offset >> 2 for reg in REGISTERS
-               if reg.access is not Access.RO and reg.name not in _SGID_REGS}
+        def bytes_mask(strb):
+            return Cat(*(b.replicate(8) for b in strb))
+
+        def w_merge(r):                         # register r as the W being taken writes it
+            mask = bytes_mask(bus.wstrb)[:len(r)]
+            return (r & ~mask) | (bus.wdata[:len(r)] & mask)
+
+        w_bits = Signal(32)                     # the strobed bytes of wdata (others 0)
+        w_mask = Signal(32)                     # the strobes, one bit per data bit
+        w_any = Signal()                        # wstrb != 0
+        w_op = Signal()                         # a QPC_CMD value that starts a command
+        with m.If(w_hs):
+            m.d.sync += [
+                w_have.eq(1), w_bits.eq(bus.wdata & bytes_mask(bus.wstrb)), w_mask.eq(bytes_mask(bus.wstrb)),
+                w_any.eq(bus.wstrb.any()), w_op.eq(bus.wstrb[0] & _in(bus.wdata[:2], _QPC_CMD_OPS)),
+            ]
+        # INT_MOD_COUNT and INT_MOD_TIMER as the held write leaves them (only writes change them, and
+        # none takes effect while W is held), for interrupt moderation's registered flags.
+        mod_count = store["INT_MOD_COUNT"]
+        mod_timer = store["INT_MOD_TIMER"]
+        mod_count_w = Signal.like(mod_count)
+        count_le1_w = Signal()
+        timer_on_w = Signal()
+        with m.If(w_hs):
+            m.d.sync += [mod_count_w.eq(w_merge(mod_count)), count_le1_w.eq(w_merge(mod_count) <= 1),
+                         timer_on_w.eq(w_merge(mod_timer) != 0)]
+        m.d.sync += [
+            Assert(~w_have | (mod_count_w == ((mod_count & ~w_mask[:16]) | w_bits[:16])), "regs: mod_count_w\n"),
+            Assert(~w_have | (count_le1_w == (mod_count_w <= 1)), "regs: count_le1_w\n"),
+            Assert(~w_have | (timer_on_w == (((mod_timer & ~w_mask) | w_bits) != 0)), "regs: timer_on_w\n"),
+        ]
+
+        # The write actions that may wait, decided as the AW and W halves arrive.
+        db_act = Signal()
+        cq_act = Signal()
+        cmd_act = Signal()
+        w_any_next = Mux(w_hs, bus.wstrb.any(), w_any)
+        w_op_next = Mux(w_hs, bus.wstrb[0] & _in(bus.wdata[:2], _QPC_CMD_OPS), w_op)
+        m.d.sync += [
+            db_act.eq(Mux(aw_hs, aw_word == REG["DB_SQ_PI"].offset >> 2, sel["DB_SQ_PI"]) & w_any_next),
+            cq_act.eq(Mux(aw_hs, aw_word == REG["CQ_DB_CI"].offset >> 2, sel["CQ_DB_CI"]) & w_any_next),
+            cmd_act.eq(Mux(aw_hs, aw_word == REG["QPC_CMD"].offset >> 2, sel["QPC_CMD"]) & w_op_next),
+            Assert(db_act == (sel["DB_SQ_PI"] & w_any), "regs: db_act\n"),
+            Assert(cq_act == (sel["CQ_DB_CI"] & w_any), "regs: cq_act\n"),
+            Assert(cmd_act == (sel["QPC_CMD"] & w_op), "regs: cmd_act\n"),
+        ]
 
         db_fifo = m.submodules.db_fifo = SyncFIFOBuffered(width=doorbell_layout.size, depth=DOORBELL_FIFO_DEPTH)
         cq_fifo = m.submodules.cq_fifo = SyncFIFOBuffered(width=cq_doorbell_layout.size, depth=DOORBELL_FIFO_DEPTH)
-        db_act = sel["DB_SQ_PI"] & w_strb.any()
-        cq_act = sel["CQ_DB_CI"] & w_strb.any()
-        cmd_valid, cmd_busy = Signal(), Signal()
-        cmd_act = sel["QPC_CMD"] & w_strb.any() & _in(w_bits[:2], _QPC_CMD_OPS)
-        def is_sgid(word):
-            """A word address of the SGID table: region | entry (4 bits) | field (3 bits; 7 is a hole)."""
-            return (word[7:] == SGID_BASE >> 9) & (word[:3] != 7)
-
-        aw_sgid = is_sgid(aw_word)
+        cmd_valid = Signal()
+        cmd_busy = Signal()
         sgid_clearing = Signal(init=1)          # the table is being zeroed after reset
         stall = ((db_act & ~db_fifo.w_rdy) | (cq_act & ~cq_fifo.w_rdy) | (cmd_act & cmd_busy)
                  | (aw_sgid & sgid_clearing))
+        # both: AW and W are held (a flip-flop); go: and the previous B is taken or being taken.
+        both = Signal()
+        go = Signal()
         commit = Signal()
-        m.d.comb += commit.eq(aw_have & w_have & (~b_valid | bus.bready) & ~stall)
+        m.d.comb += [go.eq(both & (~b_valid | bus.bready)), commit.eq(go & ~stall)]
+        m.d.sync += [
+            both.eq(~commit & (aw_have | bus.awvalid) & (w_have | bus.wvalid)),
+            Assert(both == (aw_have & w_have), "regs: both\n"),
+        ]
         with m.If(bus.bvalid & bus.bready):
             m.d.sync += b_valid.eq(0)
         with m.If(commit):
             m.d.sync += [aw_have.eq(0), w_have.eq(0), b_valid.eq(1)]
-        wr = {name: commit & s for name, s in sel.items()}     # this register is written this clock
+        # This register is written this clock (only the waiting actions need more than go).
+        wr = {name: go & s for name, s in sel.items()}
 
         for reg in REGISTERS:                                  # plain RW registers
             if reg.access is Access.RW and reg.name in store and reg.name not in _SPECIAL:
                 r = store[reg.name]
                 with m.If(wr[reg.name]):
-                    m.d.sync += r.eq((r & ~w_mask[:reg.width]) | (w_data & w_mask)[:reg.width])
+                    m.d.sync += r.eq((r & ~w_mask[:reg.width]) | w_bits[:reg.width])
 
         # --- doorbells ------------------------------------------------------------------------------
         m.d.comb += [
-            db_fifo.w_en.eq(commit & db_act),
+            db_fifo.w_en.eq(go & db_act),
             db_fifo.w_data.eq(Cat(store["DB_QPN"], w_bits[:16])),
-            cq_fifo.w_en.eq(commit & cq_act),
+            cq_fifo.w_en.eq(go & cq_act),
             cq_fifo.w_data.eq(Cat(store["CQ_DB_CQN"], w_bits[:16])),
         ]
         for port, fifo in ((self.doorbell, db_fifo), (self.cq_doorbell, cq_fifo)):
             m.d.comb += [port.valid.eq(fifo.r_rdy), port.payload.eq(fifo.r_data), fifo.r_en.eq(port.ready)]
-        db_push = db_fifo.w_en & db_fifo.w_rdy
+        db_push = go & db_act & db_fifo.w_rdy
 
         # --- QP context cache commands: a one-entry register ------------------------------------------
         cmd = Signal(qpc_cmd_layout)
@@ -288,42 +352,59 @@ class RegisterBlock(wiring.Component):
         value["QPC_CMD_STATUS"] = Cat(cmd_busy, self.qpc_cmd_result)
         with m.If(self.qpc_cmd.ready):
             m.d.sync += cmd_valid.eq(0)
-        with m.If(commit & cmd_act):
+        with m.If(go & cmd_act & ~cmd_busy):
             m.d.sync += [cmd_valid.eq(1), cmd.op.eq(w_bits[:2]), cmd.qpn.eq(store["QPC_CMD_QPN"])]
 
         # The engine's counter strobes are registered on the way in, so the counters' adders start
         # from flip-flops: the counters follow by one clock, and so does STATUS.idle, which thus
         # never shows before they have caught up. cqe_written is not (CQ events are timed to the
         # clock, docs/engine.md): it only selects between values computed from registers.
-        inc, idle = Signal(inc_layout), Signal()
+        inc = Signal(inc_layout)
+        idle = Signal()
         m.d.sync += [inc.eq(self.inc), idle.eq(self.idle)]
 
         # --- interrupt moderation -------------------------------------------------------------------
-        mod_count = store["INT_MOD_COUNT"]
-        mod_timer = store["INT_MOD_TIMER"]
-        pending = Signal(REG["INT_MOD_COUNT"].width)          # CQEs since the last CQ event
+        # pend2 is two more than the CQEs since the last CQ event, so "the next CQE reaches the count"
+        # (pending + 1 >= INT_MOD_COUNT; 0 acts as 1 by itself) is pend2 > INT_MOD_COUNT, held in at_thr
+        # and computed for the next clock without an adder in front of the compare. The timer's
+        # flags are registered likewise.
+        pend2 = Signal(REG["INT_MOD_COUNT"].width + 1, init=2)
+        at_thr = Signal(init=1)
+        count_le1 = Signal(init=REG["INT_MOD_COUNT"].reset <= 1)
         tmr = Signal(REG["INT_MOD_TIMER"].width)              # clocks left - 1
         tmr_run = Signal()
-        pend_next = Signal(len(pending) + 1)
-        count_hit, timer_hit, cq_event = Signal(), Signal(), Signal()
-        pend_inc, thr = Signal(len(pending) + 1), Signal(len(mod_count))
+        tmr_zero = Signal(init=1)
+        timer_on = Signal()
+        count_hit = Signal()
+        timer_hit = Signal()
+        cq_event = Signal()
+        pend_nz = pend2 != 2                                  # CQEs since the last CQ event
         m.d.comb += [
-            pend_inc.eq(pending + 1), thr.eq(Mux(mod_count == 0, 1, mod_count)),
-            pend_next.eq(Mux(self.cqe_written, pend_inc, pending)),
-            count_hit.eq(self.cqe_written & (pend_inc >= thr)),
-            timer_hit.eq(tmr_run & (tmr == 0) & (mod_timer != 0)),
+            count_hit.eq(self.cqe_written & at_thr),
+            timer_hit.eq(tmr_run & tmr_zero & timer_on),
             cq_event.eq(count_hit | timer_hit),
         ]
+        wr_count = wr["INT_MOD_COUNT"]
+        m.d.sync += [
+            timer_on.eq(Mux(wr["INT_MOD_TIMER"], timer_on_w, timer_on)),
+            count_le1.eq(Mux(wr_count, count_le1_w, count_le1)),
+            pend2.eq(Mux(cq_event, 2, Mux(self.cqe_written, pend2 + 1, pend2))),
+            at_thr.eq(Mux(cq_event, Mux(wr_count, count_le1_w, count_le1),
+                          Mux(self.cqe_written, Mux(wr_count, pend2 >= mod_count_w, pend2 >= mod_count),
+                              Mux(wr_count, pend2 > mod_count_w, at_thr)))),
+            Assert(at_thr == (pend2 > mod_count), "regs: at_thr\n"),
+            Assert(count_le1 == (mod_count <= 1), "regs: count_le1\n"),
+            Assert(timer_on == (mod_timer != 0), "regs: timer_on\n"),
+            Assert(tmr_zero == (tmr == 0), "regs: tmr_zero\n"),
+        ]
         with m.If(cq_event):
-            m.d.sync += [pending.eq(0), tmr_run.eq(0)]
-        with m.Else():
-            m.d.sync += pending.eq(pend_next)
-            with m.If(mod_timer == 0):
-                m.d.sync += tmr_run.eq(0)
-            with m.Elif(tmr_run):
-                m.d.sync += tmr.eq(tmr - 1)
-            with m.Elif(pend_next != 0):
-                m.d.sync += [tmr_run.eq(1), tmr.eq(mod_timer - 1)]
+            m.d.sync += tmr_run.eq(0)
+        with m.Elif(~timer_on):
+            m.d.sync += tmr_run.eq(0)
+        with m.Elif(tmr_run):
+            m.d.sync += [tmr.eq(tmr - 1), tmr_zero.eq(tmr == 1)]
+        with m.Elif(self.cqe_written | pend_nz):
+            m.d.sync += [tmr_run.eq(1), tmr.eq(mod_timer - 1), tmr_zero.eq(mod_timer == 1)]
 
         # --- errors (EngineModel._error), software write first ---------------------------------------
         err_status = store["ERR_STATUS"]
@@ -333,8 +414,18 @@ class RegisterBlock(wiring.Component):
         err_onehot = Signal.like(err_status)
         m.d.comb += err_onehot.eq(Mux(err_ok, Const(1, len(err_status)) << self.err_bit, 0))
         err_new = err_ok & ~(es & err_onehot).any()
-        m.d.sync += err_status.eq(es | err_onehot)
-        with m.If(err_ok & (es == 0)):
+        err_zero = Signal(init=1)                             # ERR_STATUS == 0
+        err_covered = Signal()                                # ... after a W1C write of the W held
+        es_zero = Mux(wr["ERR_STATUS"], err_covered, err_zero)
+        w_bits_next = Mux(w_hs, bus.wdata & bytes_mask(bus.wstrb), w_bits)[:len(err_status)]
+        m.d.sync += [
+            err_status.eq(es | err_onehot),
+            err_zero.eq(es_zero & ~err_ok),
+            err_covered.eq(((err_status | err_onehot) & ~w_bits_next) == 0),
+            Assert(err_zero == (err_status == 0), "regs: err_zero\n"),
+            Assert(~w_have | (err_covered == ((err_status & ~w_bits[:len(err_status)]) == 0)), "regs: err_covered\n"),
+        ]
+        with m.If(err_ok & es_zero):
             m.d.sync += [
                 store["ERR_QPN"].eq(self.err_qpn),
                 store["ERR_INFO"].eq(Cat(self.err_bit, Const(0, 4), self.err_status)),
@@ -361,14 +452,15 @@ class RegisterBlock(wiring.Component):
 
         # --- SGID table: one memory per field, 16 entries, byte-writable ------------------------------
         # Each has two synchronous read ports: the engine's (sgid_index, every clock) and the bus's
-        # (loaded at the AR handshake, so it holds with r_data). After reset the table is written
+        # (loaded at the AR handshake, so it holds until the next read). After reset the table is written
         # with zeros, one entry per clock (16 clocks): meanwhile SGID writes wait and reads return 0.
         clr = Signal(4)
+        r_valid = Signal()
         with m.If(sgid_clearing):
             m.d.sync += clr.eq(clr + 1)
             with m.If(clr == SGID_ENTRIES - 1):
                 m.d.sync += sgid_clearing.eq(0)
-        ar = bus.arvalid & bus.arready
+        ar = bus.arvalid & ~r_valid
         eng_rd, bus_rd = {}, {}             # each field's read data: the engine's port, the bus's
         for k, field in enumerate(_SGID_FIELDS):
             width = REG[f"SGID0_{field}"].width
@@ -380,34 +472,45 @@ class RegisterBlock(wiring.Component):
             with m.If(sgid_clearing):
                 m.d.comb += [wp.addr.eq(clr), wp.data.eq(0), wp.en.eq(-1)]
             with m.Else():
-                m.d.comb += [wp.addr.eq(aw_word[3:7]), wp.data.eq(w_data[:width]),
-                             wp.en.eq(Mux(commit & aw_sgid & (aw_word[:3] == k), w_strb[:width // 8], 0))]
+                m.d.comb += [wp.addr.eq(sgid_entry), wp.data.eq(w_bits[:width]),
+                             wp.en.eq(Mux(go & sgid_field[k], Cat(w_mask[8 * i] for i in range(width // 8)), 0))]
             m.d.comb += [eng_rp.addr.eq(self.sgid_index), bus_rp.addr.eq(bus.araddr[5:9]), bus_rp.en.eq(ar)]
             eng_rd[field], bus_rd[field] = eng_rp.data, bus_rp.data
 
         # --- read channel -------------------------------------------------------------------------------
-        r_valid = Signal()
-        r_data = Signal(32)
-        r_sgid = Signal()               # the read is of the SGID table: rdata comes from its memory
-        r_field = Signal(3)
-        sgid_rdata = 0
-        for k, field in enumerate(_SGID_FIELDS):
-            sgid_rdata = sgid_rdata | Mux(r_field == k, bus_rd[field], 0)
+        # Two steps: at the AR handshake each 16-word bank registers its word selected by araddr[5:2]
+        # and a flag whether araddr is in the bank, the SGID read ports their entry and a one-hot
+        # flag the SGID field; rdata is the OR of the flagged bank and field (none: 0).
+        m.d.comb += [bus.arready.eq(~r_valid), bus.rvalid.eq(r_valid), bus.rresp.eq(0)]
         ar_word = bus.araddr[2:]
-        m.d.comb += [bus.arready.eq(~r_valid), bus.rvalid.eq(r_valid), bus.rresp.eq(0),
-                     bus.rdata.eq(Mux(r_sgid, sgid_rdata, r_data))]
         with m.If(ar):
-            m.d.sync += [r_valid.eq(1), r_field.eq(ar_word[:3]),
-                         r_sgid.eq(is_sgid(ar_word) & ~sgid_clearing)]
-            with m.Switch(bus.araddr[2:]):
-                for reg in REGISTERS:
-                    if reg.name in value:
-                        with m.Case(reg.offset >> 2):
-                            m.d.sync += r_data.eq(value[reg.name])
-                with m.Default():
-                    m.d.sync += r_data.eq(0)
+            m.d.sync += r_valid.eq(1)
         with m.Elif(bus.rready):
             m.d.sync += r_valid.eq(0)
+        banks = {}                      # 16-word banks; STATUS and QPC_CMD_STATUS (logic, not flip-flops) alone
+        for reg in REGISTERS:
+            if reg.name in value:
+                key = reg.name if reg.name in ("STATUS", "QPC_CMD_STATUS") else reg.offset >> 6
+                banks.setdefault(key, []).append(reg)
+        rdata = 0
+        for b, regs in banks.items():
+            r_bank = Signal(max(len(Value.cast(value[reg.name])) for reg in regs), name=f"r_bank_{b}")
+            r_bank_sel = Signal(name=f"r_bank_{b}_sel")
+            with m.If(ar):
+                m.d.sync += [r_bank.eq(0),
+                             r_bank_sel.eq(ar_word == REG[b].offset >> 2 if isinstance(b, str) else ar_word[4:] == b)]
+                with m.Switch(ar_word[:4]):
+                    for reg in regs:
+                        with m.Case((reg.offset >> 2) & 15):
+                            m.d.sync += r_bank.eq(value[reg.name])
+            rdata = rdata | Mux(r_bank_sel, r_bank, 0)
+        r_field = Signal(len(_SGID_FIELDS))     # one-hot: the read is of this SGID field
+        with m.If(ar):
+            m.d.sync += [r_field[k].eq(is_sgid(ar_word) & ~sgid_clearing & (ar_word[:3] == k))
+                         for k in range(len(_SGID_FIELDS))]
+        for k, field in enumerate(_SGID_FIELDS):
+            rdata = rdata | Mux(r_field[k], bus_rd[field], 0)
+        m.d.comb += bus.rdata.eq(rdata)
 
         # --- configuration outputs ------------------------------------------------------------------------
         m.d.comb += [
