@@ -48,7 +48,7 @@ Timing:
 Structure for timing: whatever decides a write comes from flip-flops (the address decoded at the AW
 handshake, the data masked at the W handshake, the interrupt moderation and first-error conditions
 kept registered a clock ahead; ``Assert`` statements check those in simulation). A read registers
-one word per 16-word bank at the AR handshake; ``rdata`` is the OR of the addressed bank and SGID
+one word per 8-word bank at the AR handshake; ``rdata`` is the OR of the addressed bank and SGID
 field.
 """
 
@@ -478,7 +478,7 @@ class RegisterBlock(wiring.Component):
             eng_rd[field], bus_rd[field] = eng_rp.data, bus_rp.data
 
         # --- read channel -------------------------------------------------------------------------------
-        # Two steps: at the AR handshake each 16-word bank registers its word selected by araddr[5:2]
+        # Two steps: at the AR handshake each 8-word bank registers its word selected by araddr[4:2]
         # and a flag whether araddr is in the bank, the SGID read ports their entry and a one-hot
         # flag the SGID field; rdata is the OR of the flagged bank and field (none: 0).
         m.d.comb += [bus.arready.eq(~r_valid), bus.rvalid.eq(r_valid), bus.rresp.eq(0)]
@@ -487,10 +487,10 @@ class RegisterBlock(wiring.Component):
             m.d.sync += r_valid.eq(1)
         with m.Elif(bus.rready):
             m.d.sync += r_valid.eq(0)
-        banks = {}                      # 16-word banks; STATUS and QPC_CMD_STATUS (logic, not flip-flops) alone
+        banks = {}                      # 8-word banks; STATUS and QPC_CMD_STATUS (logic, not flip-flops) alone
         for reg in REGISTERS:
             if reg.name in value:
-                key = reg.name if reg.name in ("STATUS", "QPC_CMD_STATUS") else reg.offset >> 6
+                key = reg.name if reg.name in ("STATUS", "QPC_CMD_STATUS") else reg.offset >> 5
                 banks.setdefault(key, []).append(reg)
         rdata = 0
         for b, regs in banks.items():
@@ -498,10 +498,10 @@ class RegisterBlock(wiring.Component):
             r_bank_sel = Signal(name=f"r_bank_{b}_sel")
             with m.If(ar):
                 m.d.sync += [r_bank.eq(0),
-                             r_bank_sel.eq(ar_word == REG[b].offset >> 2 if isinstance(b, str) else ar_word[4:] == b)]
-                with m.Switch(ar_word[:4]):
+                             r_bank_sel.eq(ar_word == REG[b].offset >> 2 if isinstance(b, str) else ar_word[3:] == b)]
+                with m.Switch(ar_word[:3]):
                     for reg in regs:
-                        with m.Case((reg.offset >> 2) & 15):
+                        with m.Case((reg.offset >> 2) & 7):
                             m.d.sync += r_bank.eq(value[reg.name])
             rdata = rdata | Mux(r_bank_sel, r_bank, 0)
         r_field = Signal(len(_SGID_FIELDS))     # one-hot: the read is of this SGID field
