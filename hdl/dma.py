@@ -24,7 +24,7 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
 from .bus import AXI4Signature, PacketStream
-from .fifo import BlockFIFO, check_credit
+from .fifo import BlockFIFO, CreditFIFO, check_credit
 
 __all__ = ["BW_WINDOW", "payload_cmd_layout", "payload_status_layout", "AxiInterconnect", "PayloadReader"]
 
@@ -76,8 +76,8 @@ class AxiInterconnect(wiring.Component):
     per clock per channel, one per two clocks per master. Reads and writes arbitrate
     independently.
 
-    W: the index of every AW moved to the output register is queued (``w_order_depth`` entries);
-    W beats are taken only from the master at the head of that queue, until its ``wlast``. A
+    W: the index of every AW moved to the output register is queued (``w_order_depth`` entries, at
+    least 2); W beats are taken only from the master at the head of that queue, until its ``wlast``. A
     master's W is thus never taken before its AW has been granted (it may pass to ``m_axi`` before
     the AW handshake there, as AXI4 allows).
 
@@ -92,9 +92,9 @@ class AxiInterconnect(wiring.Component):
     Once raised, ``valid`` stays up until the handshake. Hence in every window the beats total at
     most C, or the window holds exactly one burst (longer than C). When AR and AW both become
     eligible in one clock and do not fit together, they take turns. The check is made a clock
-    ahead from registers, and not in the clock after a handshake: with C > 0 ``valid`` rises at the
-    earliest one clock after the burst reaches the output register, two after a handshake (at most
-    one burst per three clocks per channel). C = 0: no cap and no added clock.
+    ahead from registered compares, and not while they are stale: with C > 0 ``valid`` rises at the
+    earliest two clocks after the burst reaches the output register, three after a handshake (at
+    most one burst per four clocks per channel). C = 0: no cap and no added clock.
 
     Members
     -------
@@ -146,10 +146,11 @@ class AxiInterconnect(wiring.Component):
         n, idw, ib = self._n, self._id_width, self._idx_bits
         ms, axi = self.masters, self.m_axi
 
-        m.submodules.w_order = w_order = SyncFIFO(width=max(ib, 1), depth=self._w_order_depth)
+        # r_rdy and r_data from flip-flops; written only while w_rdy (a flip-flop) says there is room
+        m.submodules.w_order = w_order = CreditFIFO(width=max(ib, 1), depth=max(self._w_order_depth, 2))
 
         # ---- AR / AW: per-master buffer, round-robin into the output register ------------------
-        out_full, out_len1, out_go = {}, {}, {}
+        out_full, out_len1, out_go, out_loaded = {}, {}, {}, {}
         for ch in ("ar", "aw"):
             bvalid = [Signal(name=f"{ch}{i}_buf_valid") for i in range(n)]
             bufs = [{f: Signal.like(getattr(s, ch + f), name=f"{ch}{i}_buf_{f}") for f in ("id",) + _ADDR_FIELDS}
@@ -189,19 +190,23 @@ class AxiInterconnect(wiring.Component):
             with m.Elif(hs):
                 m.d.sync += full.eq(0)
             out_full[ch], out_go[ch] = full, go
+            out_loaded[ch] = load & anyreq
             out_len1[ch] = beats
 
         # ---- bandwidth cap -----------------------------------------------------------------------
-        # The decision to raise an output register's valid is taken a clock ahead from registers
-        # (the room left is itself registered, and no decision is taken in the clock after a
-        # handshake or a new window, when it is a clock stale), so no adder sits between an output
-        # register and its handshake.
+        # The decision to raise an output register's valid is taken a clock ahead from registers:
+        # the room left (``cap - used``) and whether each burst, and both, fit in it are themselves
+        # registered, and no decision is taken while one of them is stale (for two clocks after a
+        # handshake or a new window, and for a clock after a burst enters an output register), so no
+        # adder or compare sits between an output register and its handshake.
         cap = self.bw_cap
         window = Signal(range(BW_WINDOW))
         used = Signal(20)                # beats handshaken in this window (< 2 * 1024 * 256)
         room = Signal(signed(21))        # cap - used, a clock late
         empty = Signal(init=1)           # used == 0, a clock late
         stale = Signal(init=1)           # used changed last clock
+        fresh = Signal()                 # room, empty and the fits below are up to date
+        fit_ar, fit_aw, fit_both = Signal(), Signal(), Signal()
         no_cap = Signal(init=1)
         prio_aw = Signal()
         lar, law = out_len1["ar"], out_len1["aw"]
@@ -211,10 +216,9 @@ class AxiInterconnect(wiring.Component):
         # A burst waiting in its output register (valid still low) may go up next clock if it fits
         # beside everything this window has taken and the other channel's burst if that is up, or
         # if it is the window's first.
-        both = lar + law <= room
-        ar_new = out_full["ar"] & ~ar_up & ~stale & Mux(aw_up, both, (lar <= room) | empty)
-        aw_new = out_full["aw"] & ~aw_up & ~stale & Mux(ar_up, both, (law <= room) | empty)
-        conflict = ar_new & aw_new & ~both
+        ar_new = out_full["ar"] & ~ar_up & fresh & Mux(aw_up, fit_both, fit_ar | empty)
+        aw_new = out_full["aw"] & ~aw_up & fresh & Mux(ar_up, fit_both, fit_aw | empty)
+        conflict = ar_new & aw_new & ~fit_both
         m.d.comb += [out_go["ar"].eq(no_cap | ar_go), out_go["aw"].eq(no_cap | aw_go)]
         ar_hs, aw_hs = axi.arvalid & axi.arready, axi.awvalid & axi.awready
         rollover = window == BW_WINDOW - 1
@@ -222,6 +226,8 @@ class AxiInterconnect(wiring.Component):
             no_cap.eq(cap == 0),
             window.eq(window + 1),
             room.eq(cap - used), empty.eq(used == 0), stale.eq(ar_hs | aw_hs | rollover),
+            fit_ar.eq(lar <= room), fit_aw.eq(law <= room), fit_both.eq(lar + law <= room),
+            fresh.eq(~(ar_hs | aw_hs | rollover) & ~stale & ~out_loaded["ar"] & ~out_loaded["aw"]),
             ar_go.eq((ar_up & ~axi.arready) | (ar_new & ~(conflict & prio_aw))),
             aw_go.eq((aw_up & ~axi.awready) | (aw_new & ~(conflict & ~prio_aw))),
         ]
