@@ -18,6 +18,7 @@
 """
 
 from amaranth import Cat, Const, Module, Mux, Signal, signed
+from amaranth.hdl import Assert
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
@@ -283,7 +284,8 @@ class PayloadReader(wiring.Component):
 
     Beats are counted per command as they arrive; when a command's last beat has arrived its
     status (OR of the beats' SLVERR/DECERR) is queued to ``status`` at once, independent of
-    ``payload``. The output stage keeps a two-beat window over the raw beats and shifts out
+    ``payload``. The data queue's block RAM output is registered in the fabric. The output stage
+    keeps a two-beat window over the raw beats and shifts out
     ``payload`` beats (first byte in lane 0), one per clock, with no bubble between commands
     except where a command whose start is not B-byte aligned needs one more raw beat than it has
     payload beats (the memory also delivers that extra beat, so memory bandwidth is the limit).
@@ -292,15 +294,20 @@ class PayloadReader(wiring.Component):
     fill every clock.
 
     Latency (clock edges, ``payload.ready`` = 1): command handshake to ``arvalid`` 2; R beat
-    handshake to its ``payload`` beat 4 (5 for a command not B-byte aligned: its first beat waits
+    handshake to its ``payload`` beat 5 (6 for a command not B-byte aligned: its first beat waits
     for a second raw beat); last R beat of a command to ``status.valid`` 1. The same at every W.
+
+    Timing: ``cmd.ready``, ``payload.valid`` and ``arvalid`` are flip-flops, ``status.valid`` a
+    queue's non-empty flag; ``cmd.ready`` is computed a clock ahead, with the packet-info and
+    inline queues' room kept as credits (returned a clock after their entry leaves). A command's
+    last R beat completes it through one gate (its beat count is kept as a flag ``cur_one``).
 
     Members
     -------
     cmd : ``In(stream.Signature(payload_cmd_layout))``
-        One command per packet. ``ready`` depends on registers only: it is low while the current
-        command's bursts are being issued, or while ``cmd_depth`` commands have a status not yet
-        taken, or a queue is full.
+        One command per packet. ``ready`` is a flip-flop: it is low while the current command's
+        bursts are being issued, or while ``cmd_depth`` commands have a status not yet taken, or a
+        queue is full.
     max_burst : ``In(9)``
         ``AXI_MAX_BURST``: 1..256 beats; 0 or above 256 acts as 256. Change only while idle.
     m_axi : ``Out(AXI4Signature(addr_width=64, data_width=W, id_width=4))``
@@ -363,19 +370,26 @@ class PayloadReader(wiring.Component):
         beat_bits = ceil_log2(-(-self._max_payload // B) + 2)      # payload beats and raw beats
         pinfo_layout = data.StructLayout({
             "off": sb,                 # byte offset of the first payload byte in the first raw beat
+            "offnz": 1,                # off != 0
             "nm1": beat_bits,          # payload beats - 1
+            "single": 1,               # nm1 == 0
             "keep": B,                 # keep of the last beat
             "extra": 1,                # one more raw beat than payload beats (only when off != 0)
             "inline": 1,
         })
+        rbeats_layout = data.StructLayout({"n": beat_bits, "one": 1})
 
-        m.submodules.pinfo = pinfo = BlockFIFO(width=pinfo_layout.size, depth=C, fabric_out=True)
-        m.submodules.inline = inl = BlockFIFO(width=256, depth=self._inline_depth)
-        m.submodules.rbeats = rbeats = SyncFIFO(width=beat_bits, depth=C)
+        # Queues written on the command handshake. The packet-info and inline queues are written on
+        # credits kept here (a clock late back from the read side); the others hold at most one entry
+        # per command whose status is owed, so ``owed`` bounds them.
+        p_cap, i_cap = C, self._inline_depth
+        m.submodules.pinfo = pinfo = CreditFIFO(width=pinfo_layout.size, depth=p_cap)
+        m.submodules.inline = inl = CreditFIFO(width=256, depth=i_cap)
+        m.submodules.rbeats = rbeats = SyncFIFO(width=rbeats_layout.size, depth=C)
         m.submodules.sorder = sorder = SyncFIFO(width=1, depth=C)
         m.submodules.done = done = SyncFIFO(width=1, depth=C)
         m.submodules.stat = stat = SyncFIFO(width=1, depth=C)
-        m.submodules.rdata = rdata = BlockFIFO(width=W, depth=D)
+        m.submodules.rdata = rdata = BlockFIFO(width=W, depth=D, fabric_out=True)
 
         # ---- fixed AXI fields: read only, ID 0, B-byte INCR -----------------------------------------
         m.d.comb += [
@@ -387,77 +401,129 @@ class PayloadReader(wiring.Component):
         c = self.cmd.payload
         off = c.addr[:sb]
         nonzero = c.len != 0
+        rd = nonzero & ~c.inline                 # reads memory
         raw_beats = Signal(beat_bits)
-        m.d.comb += raw_beats.eq(Mux(nonzero & ~c.inline, (off + c.len + (B - 1)) >> sb, 0))
+        m.d.comb += raw_beats.eq(Mux(rd, (off + c.len + (B - 1)) >> sb, 0))
         lm1 = Signal(13)
         m.d.comb += lm1.eq(c.len - 1)
         info = Signal(pinfo_layout)
         m.d.comb += [
             info.off.eq(Mux(c.inline, 0, off)),
+            info.offnz.eq(~c.inline & (off != 0)),
             info.nm1.eq(lm1[sb:]),
+            info.single.eq(c.len <= B),
             info.keep.eq(Mux(c.len[:sb] == 0, (1 << B) - 1, (Const(1, B + 1) << c.len[:sb]) - 1)),
             info.extra.eq(off + lm1[:sb] >= B),
             info.inline.eq(c.inline),
         ]
+        rb = Signal(rbeats_layout)
+        m.d.comb += [rb.n.eq(raw_beats), rb.one.eq(off + c.len <= B)]
         active = Signal()                    # bursts of the accepted command still to issue
         a_addr = Signal(64 - sb)             # next burst's beat address (address >> log2(B))
         a_left = Signal(beat_bits)           # its beats not yet issued
         owed = Signal(range(C + 1))          # accepted commands whose status is not yet taken
-        m.d.comb += self.cmd.ready.eq(~active & pinfo.w_rdy & inl.w_rdy & rbeats.w_rdy & sorder.w_rdy &
-                                      (owed != C))
-        accept = self.cmd.valid & self.cmd.ready
+        cmd_rdy = Signal(init=1)
+        m.d.comb += self.cmd.ready.eq(cmd_rdy)
+        accept = self.cmd.valid & cmd_rdy
+        p_take, i_take = accept & nonzero, accept & nonzero & c.inline
         m.d.comb += [
-            pinfo.w_en.eq(accept & nonzero), pinfo.w_data.eq(info),
-            inl.w_en.eq(accept & nonzero & c.inline), inl.w_data.eq(c.data),
-            rbeats.w_en.eq(accept & (raw_beats != 0)), rbeats.w_data.eq(raw_beats),
-            sorder.w_en.eq(accept), sorder.w_data.eq(raw_beats == 0),
+            pinfo.w_en.eq(p_take), pinfo.w_data.eq(info), inl.w_en.eq(i_take), inl.w_data.eq(c.data),
+            rbeats.w_en.eq(accept & rd), rbeats.w_data.eq(rb),
+            sorder.w_en.eq(accept), sorder.w_data.eq(~rd),
         ]
-        with m.If(accept & (raw_beats != 0)):
-            m.d.sync += [active.eq(1), a_addr.eq(c.addr[sb:]), a_left.eq(raw_beats)]
+        with m.If(accept & rd):
+            m.d.sync += [a_addr.eq(c.addr[sb:]), a_left.eq(raw_beats)]
 
         # ---- AR issue under the credit rule ----------------------------------------------------------
+        # The next burst's length, whether it is the command's last and whether the data queue has
+        # room for it are registered (``beats``, ``beats_last``, ``fits``, valid in ``beats_ok``
+        # once computed from the current a_addr and a_left), so a burst is issued at most every other
+        # clock. ``room`` is the data queue's free space less the beats in flight.
         mb = self.max_burst
-        mb_eff = Mux((mb == 0) | (mb > 256), 256, mb)
-        to_page = page_beats - a_addr[:12 - sb]
         lim_max = max(page_beats, 256)
-        lim = Signal(range(lim_max + 1))     # min(max_burst, beats to the 4 KiB boundary)
-        m.d.comb += lim.eq(Mux(to_page < mb_eff, to_page, mb_eff))
-        # The next burst's length is registered (``beats``, valid in ``beats_ok`` once it has been
-        # computed from the current a_addr and a_left), so a burst is issued at most every other clock.
+        mb_r = Signal(range(257), init=256)  # max_burst, 0 or above 256 as 256
+        m.d.sync += mb_r.eq(Mux((mb == 0) | (mb > 256), 256, mb))
+        to_page = Signal(range(page_beats + 1))   # beats from a_addr to the 4 KiB boundary
+        page_end = Signal()                      # the burst in ``beats`` ends at the boundary
+        room = Signal(range(D + 1), init=D)
         beats = Signal(range(lim_max + 1))
         beats_ok = Signal()
-        reserved = Signal(range(D + 1))      # beats claimed: in flight on R or waiting in rdata
-        ar_load = active & beats_ok & (~axi.arvalid | axi.arready) & (reserved + beats <= D)
-        m.d.sync += [beats.eq(Mux(a_left < lim, a_left, lim)), beats_ok.eq(active & ~ar_load)]
+        beats_last = Signal()
+        fits = Signal()
+        left_le_page, left_le_mb, page_le_mb = a_left <= to_page, a_left <= mb_r, to_page <= mb_r
+        ar_load = active & beats_ok & fits & (~axi.arvalid | axi.arready)
+        m.d.sync += [
+            beats.eq(Mux(left_le_page & left_le_mb, a_left, Mux(page_le_mb, to_page, mb_r))),
+            beats_last.eq(left_le_page & left_le_mb),
+            page_end.eq(page_le_mb),
+            fits.eq((a_left <= room) | (to_page <= room) | (mb_r <= room)),
+            beats_ok.eq(active & ~ar_load),
+        ]
         with m.If(ar_load):
             m.d.sync += [
                 axi.arvalid.eq(1), axi.araddr.eq(Cat(Const(0, sb), a_addr)), axi.arlen.eq(beats - 1),
                 a_addr.eq(a_addr + beats), a_left.eq(a_left - beats),
+                to_page.eq(Mux(page_end, page_beats, to_page - beats)),
             ]
-            with m.If(a_left == beats):
-                m.d.sync += active.eq(0)
         with m.Elif(axi.arready):
             m.d.sync += axi.arvalid.eq(0)
-        raw_pop = rdata.r_en & rdata.r_rdy
-        m.d.sync += reserved.eq(reserved + Mux(ar_load, beats, 0) - raw_pop)
+        with m.If(accept & rd):
+            m.d.sync += to_page.eq(page_beats - c.addr[sb:12])
+        active_next = Mux(accept & rd, 1, active & ~(ar_load & beats_last))
+        m.d.sync += [active.eq(active_next),
+                     Assert(~active | (to_page == page_beats - a_addr[:12 - sb]), "payload reader: to_page\n")]
+        raw_pop = Signal()
+        raw_pop_r = Signal()                 # a beat left the data queue last clock
+        m.d.sync += [raw_pop_r.eq(raw_pop), room.eq(room - Mux(ar_load, beats, 0) + raw_pop_r)]
+
+        # ---- command ready, from a flip-flop: next clock's state, credits returned a clock late -------
+        status_taken = self.status.valid & self.status.ready
+        p_pop_r, i_pop_r = Signal(), Signal()
+        p_cred, i_cred = Signal(range(p_cap + 1), init=p_cap), Signal(range(i_cap + 1), init=i_cap)
+        p_ok, i_ok, owed_ok = Signal(init=1), Signal(init=1), Signal(init=1)
+        p_ok_next = Mux(p_pop_r, 1, Mux(p_take, p_cred != 1, p_ok))
+        i_ok_next = Mux(i_pop_r, 1, Mux(i_take, i_cred != 1, i_ok))
+        owed_ok_next = Mux(status_taken, 1, Mux(accept, owed != C - 1, owed_ok))
+        m.d.sync += [
+            p_cred.eq(p_cred - p_take + p_pop_r), i_cred.eq(i_cred - i_take + i_pop_r),
+            owed.eq(owed + accept - status_taken),
+            p_ok.eq(p_ok_next), i_ok.eq(i_ok_next), owed_ok.eq(owed_ok_next),
+            cmd_rdy.eq(~active_next & p_ok_next & i_ok_next & owed_ok_next),
+            Assert(cmd_rdy == (~active & (p_cred != 0) & (i_cred != 0) & (owed != C)),
+                   "payload reader: cmd.ready differs from its state\n"),
+        ]
 
         # ---- R: into the data queue; count beats per command; status --------------------------------
-        # ``rbeats`` holds the raw beat count of each command that reads memory; ``sorder`` one bit
-        # per command (1 = no read: status 0 at once) so statuses leave in command order; ``done``
-        # holds the error bit of a read command whose data has all arrived while an earlier
-        # no-read command still waited for its turn.
+        # ``rbeats`` holds the raw beat count of each command that reads memory (and whether it is
+        # 1), taken into ``cur_*`` for the command whose beats are arriving; ``sorder`` one bit per
+        # command (1 = no read: status 0 at once) so statuses leave in command order; ``done`` holds
+        # the error bit of a read command whose data has all arrived while an earlier no-read command
+        # still waited for its turn.
         r_beat = axi.rvalid
         r_err = r_beat & axi.rresp[1]                 # SLVERR (2) or DECERR (3)
         m.d.comb += [rdata.w_en.eq(r_beat), rdata.w_data.eq(axi.rdata)]
-        got = Signal(beat_bits)
+        cur_v = Signal()
+        cur_n = Signal(beat_bits)                     # beats still to come
+        cur_one = Signal()                            # cur_n == 1
         err = Signal()
-        total = got + r_beat
-        complete = rbeats.r_rdy & (total == rbeats.r_data)
+        complete = r_beat & cur_v & cur_one
+        head = rbeats_layout(rbeats.r_data)
+        load = rbeats.r_rdy & (~cur_v | complete)
+        m.d.comb += rbeats.r_en.eq(load)
+        with m.If(load):
+            m.d.sync += [cur_v.eq(1), cur_n.eq(head.n), cur_one.eq(head.one)]
+        with m.Elif(complete):
+            m.d.sync += cur_v.eq(0)
+        with m.Elif(r_beat):
+            m.d.sync += [cur_n.eq(cur_n - 1), cur_one.eq(cur_n == 2)]
         with m.If(complete):
-            m.d.comb += rbeats.r_en.eq(1)
-            m.d.sync += [got.eq(0), err.eq(0)]
+            m.d.sync += err.eq(0)
         with m.Else():
-            m.d.sync += [got.eq(total), err.eq(err | r_err)]
+            m.d.sync += err.eq(err | r_err)
+        m.d.sync += [
+            Assert(~r_beat | cur_v, "payload reader: R beat with no read command\n"),
+            Assert(~cur_v | (cur_one == (cur_n == 1)), "payload reader: cur_one\n"),
+        ]
         bypass = sorder.r_rdy & ~sorder.r_data & ~done.r_rdy
         m.d.comb += [done.w_en.eq(complete & ~bypass), done.w_data.eq(err | r_err)]
         with m.If(sorder.r_rdy):
@@ -471,56 +537,85 @@ class PayloadReader(wiring.Component):
             self.status.valid.eq(stat.r_rdy), self.status.payload.error.eq(stat.r_data),
             stat.r_en.eq(self.status.ready),
         ]
-        status_taken = self.status.valid & self.status.ready
-        m.d.sync += owed.eq(owed + accept - status_taken)
 
         # ---- output: two-beat window over raw beats, shifted into lane 0 ----------------------------
-        hd = pinfo_layout(pinfo.r_data)
+        # The head command's packet info is copied from the queue's output into ``hd``, so that what
+        # the head beat needs is known a clock ahead from flip-flops: ``L`` (it is the command's
+        # last beat), ``need_i`` (inline: no raw beat), ``need_1`` / ``need_2`` (one or two raw
+        # beats in the window). The window is two registers (``win``) filled from the data queue's
+        # output register.
+        hd = Signal(pinfo_layout)
+        hd_v = Signal()
+        nx = pinfo_layout(pinfo.r_data)
+        L = Signal()
+        need_i, need_1, need_2 = Signal(), Signal(), Signal()
         j = Signal(beat_bits)                     # payload beat of the head command
-        is_last = j == hd.nm1
-        w0, w1 = Signal(W), Signal(W)
-        have = Signal(range(3))                   # raw beats in the window
-        need2 = (hd.off != 0) & (~is_last | hd.extra)
-        take2 = (hd.off != 0) & is_last & hd.extra
+        win = [Signal(W, name=f"win{k}", reset_less=True) for k in range(2)]
+        wp, rp = Signal(), Signal()
+        h1, h2 = Signal(), Signal()               # raw beats in the window: >= 1, == 2
         out = self.payload
         advance = ~out.valid | out.ready
-        go = advance & pinfo.r_rdy & (hd.inline | Mux(need2, have == 2, have != 0))
-        consume = Signal(2)
-        with m.If(go & ~hd.inline):
-            m.d.comb += consume.eq(Mux(take2, 2, 1))
-        left = Signal(range(3))
-        m.d.comb += left.eq(have - consume)
-        m.d.comb += rdata.r_en.eq(left != 2)
-        with m.Switch(left):
-            with m.Case(0):
-                m.d.sync += w0.eq(rdata.r_data)
-            with m.Case(1):
-                with m.If(consume == 1):
-                    m.d.sync += w0.eq(w1)
-                m.d.sync += w1.eq(rdata.r_data)
-        m.d.sync += have.eq(left + raw_pop)
+        go = advance & (need_i | (need_1 & h1) | (need_2 & h2))
+        take2 = hd.offnz & L & hd.extra
+        consume1 = go & ~hd.inline & ~take2
+        consume2 = go & ~hd.inline & take2
+        hd_pop = go & L
+        hd_load = pinfo.r_rdy & (~hd_v | hd_pop)
+        m.d.comb += [pinfo.r_en.eq(hd_load), inl.r_en.eq(hd_pop & hd.inline)]
 
+        def needs(v, f, last):
+            n2 = f.offnz & (~last | f.extra)
+            return [need_i.eq(v & f.inline), need_1.eq(v & ~f.inline & ~n2), need_2.eq(v & ~f.inline & n2)]
+
+        last_next = Signal()
+        m.d.comb += last_next.eq(j + 1 == hd.nm1)
+        with m.If(hd_load):
+            m.d.sync += [hd.eq(nx), hd_v.eq(1), L.eq(nx.single), j.eq(0)] + needs(1, nx, nx.single)
+        with m.Elif(hd_pop):
+            m.d.sync += [hd_v.eq(0), need_i.eq(0), need_1.eq(0), need_2.eq(0)]
+        with m.Elif(go):
+            m.d.sync += [L.eq(last_next), j.eq(j + 1)] + needs(1, hd, last_next)
+        m.d.sync += [
+            Assert(~hd_v | (L == (j == hd.nm1)), "payload reader: L\n"),
+            Assert(~hd_v | ~hd.inline | inl.r_rdy, "payload reader: inline data\n"),
+        ]
+
+        # a raw beat enters unless the window stays full (two beats, none consumed)
+        m.d.comb += rdata.r_en.eq(~h2 | (advance & hd_v & ~hd.inline))
+        m.d.comb += raw_pop.eq(rdata.r_en & rdata.r_rdy)
+        for k in range(2):
+            with m.If(raw_pop & (wp == k)):
+                m.d.sync += win[k].eq(rdata.r_data)
+        have = Signal(range(3))
+        m.d.comb += have.eq(Cat(h1 & ~h2, h2))
+        have_next = Signal(range(4))
+        m.d.comb += have_next.eq(have - Cat(consume1, consume2) + raw_pop)
+        m.d.sync += [h1.eq(have_next != 0), h2.eq(have_next == 2), wp.eq(wp ^ raw_pop), rp.eq(rp ^ consume1)]
+
+        window = Mux(rp, Cat(win[1], win[0]), Cat(win[0], win[1]))
         shifted = Signal(W)
-        m.d.comb += shifted.eq(Cat(w0, w1) >> Cat(Const(0, 3), hd.off))
+        m.d.comb += shifted.eq(window >> Cat(Const(0, 3), hd.off))
         # inline data: 32 bytes in 256 // W beats (W < 256), else one beat with the upper lanes 0
         if W < 256:
             word = inl.r_data.word_select(j[:ceil_log2(256 // W)], W)
         else:
             word = Cat(inl.r_data, Const(0, W - 256))
-        keep = Mux(is_last, hd.keep, (1 << B) - 1)
+        keep = Mux(L, hd.keep, (1 << B) - 1)
         mask = Cat(*(keep[i].replicate(8) for i in range(B)))
         with m.If(go):
             m.d.sync += [
                 out.valid.eq(1),
                 out.payload.data.eq(Mux(hd.inline, word, shifted) & mask),
                 out.payload.keep.eq(keep),
-                out.payload.last.eq(is_last),
-                j.eq(Mux(is_last, 0, j + 1)),
+                out.payload.last.eq(L),
             ]
         with m.Elif(out.ready):
             m.d.sync += out.valid.eq(0)
-        m.d.comb += [pinfo.r_en.eq(go & is_last), inl.r_en.eq(go & is_last & hd.inline)]
-        for fifo, what in ((rdata, "read data (bursts in flight)"), (done, "finished commands"),
-                           (stat, "statuses (commands owed)")):
+        m.d.sync += [p_pop_r.eq(hd_pop), i_pop_r.eq(inl.r_en)]
+        for fifo, what in ((rdata, "read data (bursts in flight)"), (pinfo, "packet info"),
+                           (inl, "inline data"), (rbeats, "read commands"), (sorder, "status order"),
+                           (done, "finished commands"), (stat, "statuses (commands owed)")):
             check_credit(m, fifo, f"payload reader: {what}")
+        for fifo, what in ((rbeats, "read commands"), (sorder, "status order"), (done, "finished commands")):
+            check_credit(m, fifo, f"payload reader: {what}", write=False, read=True)
         return m
