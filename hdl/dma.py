@@ -72,7 +72,8 @@ class AxiInterconnect(wiring.Component):
     Address channels (AR, AW): each master's request is first taken into a one-entry buffer
     (``ready`` = buffer empty, a flip-flop: no combinational path from ``m_axi``'s ``ready`` back
     to a master), then a round-robin arbiter moves one buffered request per clock into the output
-    register; the master index ``i`` is prepended to the ID (``m_axi.arid = Cat(s_i.arid, i)``).
+    register (its choice is a flip-flop, computed a clock ahead from the buffers' next state); the
+    master index ``i`` is prepended to the ID (``m_axi.arid = Cat(s_i.arid, i)``).
     Latency: two clocks from a master's handshake to ``valid`` on ``m_axi``; throughput one burst
     per clock per channel, one per two clocks per master. Reads and writes arbitrate
     independently.
@@ -164,7 +165,10 @@ class AxiInterconnect(wiring.Component):
             valid, ready = getattr(axi, ch + "valid"), getattr(axi, ch + "ready")
             m.d.comb += valid.eq(full & go)
             hs = valid & ready
-            pick, anyreq = _round_robin(m, ch, bvalid, last)
+            # the arbiter's choice for this clock is registered, computed from next clock's
+            # buffers and ``last`` (the output register's wide mux then selects from flip-flops)
+            pick = Signal(range(max(n, 2)), name=f"{ch}_pick_r")
+            anyreq = Signal(name=f"{ch}_any_r")
             load = ~full | hs
             if ch == "aw":
                 load = load & w_order.w_rdy
@@ -190,6 +194,14 @@ class AxiInterconnect(wiring.Component):
                             m.d.sync += beats.eq(bufs[i]["len"] + 1)
             with m.Elif(hs):
                 m.d.sync += full.eq(0)
+            bvalid_next = [Mux(getattr(s, ch + "valid") & ~bvalid[i], 1, bvalid[i] & ~take[i])
+                           for i, s in enumerate(ms)]
+            pick_next, any_next = _round_robin(m, f"{ch}_next", bvalid_next,
+                                               Mux(load & anyreq, pick, last))
+            pick_now, any_now = _round_robin(m, f"{ch}_now", bvalid, last)
+            m.d.sync += [pick.eq(pick_next), anyreq.eq(any_next),
+                         Assert((anyreq == any_now) & (~any_now | (pick == pick_now)),
+                                f"interconnect: {ch} registered pick\n")]
             out_full[ch], out_go[ch] = full, go
             out_loaded[ch] = load & anyreq
             out_len1[ch] = beats
