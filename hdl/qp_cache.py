@@ -9,10 +9,11 @@ Architecture (the shape of minerva's cache, plus one miss-status holding registe
   and one write port. The read port is not transparent: a read of the entry ``s2_`` writes at the
   same edge is forwarded from ``fwd_rec`` (the last record written) instead;
 * a two-stage pipeline: the accept clock (``s0``) compares the incoming QPN and registers the entry
-  index, so ``s1_`` addresses the data memory from a flip-flop (and re-checks the compare, since the
-  tags can change at the accept edge), ``s2_`` applies the
-  engine update, writes the record back to the data memory and presents the response. A hit is
-  answered two clocks after the request is accepted, one request per clock;
+  index, so ``s1_`` addresses the data memory from a flip-flop and decides from registers only
+  (the compare of the clock before, checked for staleness, and each set's victim way, registered
+  every clock; a miss taken right behind a hit to its set waits one clock for its victim),
+  ``s2_`` applies the engine update, writes the record back to the data memory and presents the
+  response. A hit is answered two clocks after the request is accepted, one request per clock;
 * one MSHR (``mshr_``): a miss hides its victim way, reads the victim's 16 mutable bytes from
   ``mut_mem`` (their copy with a read port of its own), fetches the record's cached bytes with one
   10-beat AXI4 burst and, in parallel, writes the victim's mutable bytes back (2-beat burst) if it
@@ -23,6 +24,8 @@ Architecture (the shape of minerva's cache, plus one miss-status holding registe
 * a control FSM for MODIFY / INVALIDATE / FLUSH that stops accepting requests, waits until the
   pipeline and the MSHR are empty, then owns the tags, the data memory and the AXI write channel,
   so software's changes and the engine's updates are strictly ordered.
+
+The counters count a clock after their events (a control operation's error as its ``ack`` transfers).
 
 Replacement: first invalid way of the set, else tree pseudo-LRU (``ways - 1`` bits per set).
 The model is :class:`rnic.model.qpc.QpcCacheModel`; ``docs/qp-context.md`` has the full contract.
@@ -191,6 +194,7 @@ class QpCache(wiring.Component):
         way_bits, set_bits = ceil_log2(W), ceil_log2(S)
         idx_bits = max(ceil_log2(E), 1)
         axi = self.m_axi
+        tw = QPN_WIDTH               # a tag lane: the QPN (LUT RAM lanes are multiples of 4 bits)
 
         def rec_addr(qpn):
             base = Cat(Const(0, _REC_SHIFT), self.qpc_base[_REC_SHIFT:])
@@ -202,6 +206,11 @@ class QpCache(wiring.Component):
         def entry(set_, way):
             return Cat(way[:way_bits] if way_bits else Const(0, 0), set_[:set_bits] if set_bits else Const(0, 0))
 
+        def encode(onehot):
+            """Binary index of a one-hot (or all-zero) vector, as an OR per bit."""
+            return Cat(*[Cat(*[onehot[i] for i in range(len(onehot)) if i >> b & 1]).any()
+                         for b in range(ceil_log2(len(onehot)))])
+
         # ---- storage ------------------------------------------------------------------------
         m.submodules.data_mem = data_mem = Memory(shape=unsigned(CACHED_BITS), depth=E, init=[])
         wp = data_mem.write_port()
@@ -212,29 +221,39 @@ class QpCache(wiring.Component):
         mut_wp = mut_mem.write_port()
         mut_rp = mut_mem.read_port()
 
-        # Tags: one row per set, one QPN lane per way, read asynchronously (LUT RAM on the ECP5),
-        # so the set selection is the memory's own decoder, not a multiplexer tree over flip-flops.
-        # Three read ports: the s0 compare, the s1 compare, and the MSHR / control (an entry's tag).
-        m.submodules.tag_mem = tag_mem = Memory(shape=unsigned(QPN_WIDTH * W), depth=max(S, 2), init=[])
-        tag_wp = tag_mem.write_port(granularity=QPN_WIDTH)
-        tag_rp = [tag_mem.read_port(domain="comb") for _ in range(3)]
+        # Tags: one row per set, one QPN lane per way (compared above the set bits), read asynchronously
+        # (LUT RAM on the ECP5), so the set selection is the memory's own decoder. Two copies (yosys
+        # maps a memory with more read ports to flip-flops) with two read ports each: the s0 and s1
+        # compares; an entry's tag (the MSHR's victim or the control FSM's entry: the write-back
+        # address) and the control port's compare.
+        m.submodules.tag_mem = tag_mem = Memory(shape=unsigned(tw * W), depth=max(S, 2), init=[])
+        m.submodules.tag_mem2 = tag_mem2 = Memory(shape=unsigned(tw * W), depth=max(S, 2), init=[])
+        tag_wp = tag_mem.write_port(granularity=tw)
+        tag_wp2 = tag_mem2.write_port(granularity=tw)
+        m.d.comb += [tag_wp2.addr.eq(tag_wp.addr), tag_wp2.data.eq(tag_wp.data), tag_wp2.en.eq(tag_wp.en)]
+        tag_rp = [mem.read_port(domain="comb") for mem in (tag_mem, tag_mem, tag_mem2, tag_mem2)]
         valid = [Signal(name=f"valid{i}") for i in range(E)]
         dirty = [Signal(name=f"dirty{i}") for i in range(E)]
         valid_a, dirty_a = Array(valid), Array(dirty)
         plru_w = max(W - 1, 1)
-        plru = Array(Signal(plru_w, name=f"plru{s}") for s in range(S))
+        plru = [Signal(plru_w, name=f"plru{s}") for s in range(S)]
+        plru_a = Array(plru)
 
         # per-way views indexed by set
         way_valid = [Array(valid[s * W + w] for s in range(S)) for w in range(W)]
 
         def lane(port, w):
-            return port.data[QPN_WIDTH * w:QPN_WIDTH * (w + 1)]
+            return port.data[tw * w:tw * (w + 1)]
 
         cnt = Signal(counters_layout)
         m.d.comb += self.counters.eq(cnt)
-
-        def count(name):
-            return getattr(cnt, name).eq(getattr(cnt, name) + 1)
+        # Counter events are registered and counted a clock later (off the decisions' paths).
+        # (The control FSM's error is counted as its acknowledgement transfers.)
+        ev = {name: Signal(name=f"ev_{name}") for name in COUNTER_NAMES}
+        ctrl_err = Signal()
+        for name in COUNTER_NAMES:
+            with m.If(ev[name] | ctrl_err if name == "errors" else ev[name]):
+                m.d.sync += getattr(cnt, name).eq(getattr(cnt, name) + 1)
 
         # ---- pipeline registers -----------------------------------------------------------
         s1_valid = Signal()
@@ -246,6 +265,8 @@ class QpCache(wiring.Component):
         s2_status = Signal(Status)
         s2_req = Signal(request_layout(cfg))
         s2_idx = Signal(idx_bits)
+        s2_wr = Signal()             # s2 writes its record back when it leaves (OK, and an update or a fill)
+        s2_upd = Signal()            # s2 marks its entry dirty when it leaves (OK and an update)
 
         # ---- MSHR -----------------------------------------------------------------------
         mshr_busy = Signal()
@@ -255,11 +276,14 @@ class QpCache(wiring.Component):
         mshr_captured = Signal()
         mshr_rd = Signal()           # the clock after allocation: mut_rp reads the victim
         mshr_cap = Signal()          # the clock after that: capture its mutable bytes
+        mshr_ws = Signal()           # the clock after that: start the write-back (wb_addr is ready)
+        mshr_wb_go = Signal()
         mshr_wb_need = Signal()
         mshr_wb_done = Signal()
         mshr_r_done = Signal()
         mshr_err = Signal()          # fetch or write-back failed
         mshr_wb_err = Signal()
+        fill_ready = Signal()        # the MSHR can install at the next clock s2 is free (a register)
         fill_buf = Signal(CACHED_BITS)
 
         # ---- write engine (shared: MSHR write-back, control write-back and MODIFY) ----------
@@ -282,84 +306,133 @@ class QpCache(wiring.Component):
         c_idx = Signal(idx_bits)     # entry being written back by control
 
         def compare(qpn, name, port):
+            """Hit and entry index of ``qpn``: ways compared in parallel (one-hot), OR-encoded."""
             set_ = set_of(qpn)
             m.d.comb += port.addr.eq(set_)
-            vec = Cat(*[way_valid[w][set_] & (lane(port, w) == qpn) for w in range(W)])
-            way = Signal(max(way_bits, 1), name=f"{name}_way")
-            for w in range(W):
-                with m.If(vec[w]):
-                    m.d.comb += way.eq(w)
-            return vec.any(), entry(set_, way)
+            vec = Signal(W, name=f"{name}_vec")
+            m.d.comb += vec.eq(Cat(*[way_valid[w][set_] & (lane(port, w)[set_bits:] == qpn[set_bits:])
+                                     for w in range(W)]))
+            return vec.any(), entry(set_, encode(vec) if way_bits else Const(0, 0))
 
         # The entry being written back: the MSHR's victim while a miss is outstanding, else the
-        # control FSM's entry (control runs only with the MSHR idle). Its tag and mutable bytes.
+        # control FSM's entry (control runs only with the MSHR idle). Its tag is registered a clock
+        # after wb_idx is set and its record's address a clock after that (the write-backs start
+        # three clocks after wb_idx is set): the tag read and the 57-bit adder stay off the AW path.
         wb_idx = Mux(mshr_busy, mshr_idx, c_idx)
         m.d.comb += tag_rp[2].addr.eq(wb_idx[way_bits:] if set_bits else 0)
-        wb_tag = Array(lane(tag_rp[2], w) for w in range(W))[wb_idx[:way_bits] if way_bits else 0]
-        # its record's address, a clock after wb_idx is set (the MSHR's and control's write-backs
-        # start two clocks after it): the tag read and the 57-bit adder stay off the AW path
+        wb_hi = Array(lane(tag_rp[2], w) for w in range(W))[wb_idx[:way_bits] if way_bits else 0]
+        wb_tag = Signal(QPN_WIDTH)
         wb_addr = Signal(64)
-        m.d.sync += wb_addr.eq(rec_addr(wb_tag))
+        m.d.sync += [
+            wb_tag.eq(wb_hi),
+            wb_addr.eq(rec_addr(wb_tag)),
+        ]
 
         # ===== s0: compare the incoming request, so that s1 addresses the memory from a register
         s0_hit, s0_idx = compare(self.req.payload.qpn, "s0_hit", tag_rp[0])
         # ===== s1: decides from a compare registered in the clock before (s1_hit_r, s1_idx_r,
-        # s1_bad_r): s0's if s1 took its request then, else the s1 compare of s1's own QPN (or,
-        # with s1 empty, the control port's), unless a tag or valid bit it depends on has changed.
+        # s1_bad_r): s0's if s1 took its request then (`took`), else the s1 compare of s1's own QPN.
         a_hit, a_idx, a_bad = Signal(), Signal(idx_bits), Signal()     # s0's compare, registered
         b_hit, b_idx, b_bad = Signal(), Signal(idx_bits), Signal()     # s1's compare, registered
         took = Signal()              # s1 took a request in the clock before
-        s1_r_ctrl = Signal()         # b is of the control port's QPN
         s1_hit_r, s1_idx_r, s1_bad_r = Mux(took, a_hit, b_hit), Mux(took, a_idx, b_idx), Mux(took, a_bad, b_bad)
+        s1_miss = ~s1_bad_r & ~s1_hit_r
+        s1_set = set_of(s1_req.qpn)
+        hit, hit_idx = compare(s1_req.qpn, "s1_hit", tag_rp[1])
+        accept = Signal()
+        m.d.sync += [
+            a_hit.eq(s0_hit), a_idx.eq(s0_idx), a_bad.eq(self.req.payload.qpn >= self.table_size),
+            b_hit.eq(hit), b_idx.eq(hit_idx), b_bad.eq(s1_req.qpn >= self.table_size),
+            took.eq(accept),
+        ]
+
         # The registered compares are stale if a tag or valid bit they saw has changed. A hit's
-        # entry can only fall (tags are written only into the hidden victim): it is fresh while its
-        # valid bit is still 1. A miss can only turn into a hit by an install (or a victim's
-        # restore): it is fresh unless the MSHR loaded at the last edge. Both are a few LUTs from
-        # flip-flops; valid_d and tag_wr_d check in simulation that they never pass a stale compare.
+        # entry can only fall (tags are written only into the hidden victim), and only by an
+        # allocation, which happens only as s1 advances: s1's own compare (s1 waited) is fresh, s0's
+        # (s1 took its request as the one before it left) is fresh unless that one allocated the
+        # MSHR with the hit entry as its victim. A miss can only turn into a hit by an install (or a
+        # victim's restore): it is fresh unless the MSHR loaded at the last edge. valid_d and
+        # tag_wr_d check in simulation that this never passes a stale compare.
         load_d = Signal()
+        alloc_d = Signal()
         valid_d = Signal(E)
         tag_wr_d = Signal()
         m.d.sync += [valid_d.eq(Cat(*valid)), tag_wr_d.eq(tag_wp.en.any())]
+        a_live = ~alloc_d | (a_idx != mshr_idx)
 
-        cmp_qpn = Mux(s1_valid, s1_req.qpn, self.ctrl.payload.qpn)
-        hit, hit_idx = compare(cmp_qpn, "s1_hit", tag_rp[1])
-        m.d.sync += [
-            a_hit.eq(s0_hit), a_idx.eq(s0_idx), a_bad.eq(self.req.payload.qpn >= self.table_size),
-            b_hit.eq(hit), b_idx.eq(hit_idx), b_bad.eq(cmp_qpn >= self.table_size),
-            took.eq(self.req.valid & self.req.ready), s1_r_ctrl.eq(~s1_valid),
-        ]
-        s1_set = set_of(s1_req.qpn)
+        # Victims: the way each set would evict, registered every clock (vr_*), from the PLRU state
+        # of the next clock and the valid bits. The valid bits of a set cannot change at the edge
+        # before an allocation (an allocation or an install stops the next one for a clock); the
+        # PLRU state can, by the touch of the hit that left s1 at that edge: a miss taken right
+        # behind a hit to its set waits one clock for its victim (same_set, ev["hits"]).
+        pend_v = Signal()            # touch the PLRU state of pend_set at pend_way at the next edge
+        pend_set = Signal(max(set_bits, 1))
+        pend_way = Signal(max(way_bits, 1))
+        vr_oh = [Signal(W, name=f"vr_oh{s}") for s in range(S)]
+        vr_valid = [Signal(name=f"vr_valid{s}") for s in range(S)]
+        for s in range(S):
+            inv = Cat(*[~valid[s * W + w] for w in range(W)])
+            first_inv = Cat(*[inv[w] & ~inv[:w].any() if w else inv[0] for w in range(W)])
+            if W > 1:
+                nxt = Mux(pend_v & (pend_set == s), _plru_touch(plru[s], W, pend_way), plru[s])
+                m.d.sync += plru[s].eq(nxt)
+                vict = Mux(inv.any(), first_inv, _plru_victim(nxt, W))
+            else:
+                vict = Const(1, 1)
+            m.d.sync += [vr_oh[s].eq(vict), vr_valid[s].eq(~inv.any())]
+        vr_oh_a, vr_valid_a = Array(vr_oh), Array(vr_valid)
+        victim_oh = Cat(*[(s1_set == s) & vr_oh[s][w] for s in range(S) for w in range(W)])
+        victim_idx = entry(s1_set, encode(vr_oh_a[s1_set]) if way_bits else Const(0, 0))
+        victim_valid = vr_valid_a[s1_set]
+        same_set = Signal()
+        m.d.sync += same_set.eq(set_of(self.req.payload.qpn) == s1_set)
+        vict_stale = (ev["hits"] & same_set) if W > 1 else Const(0, 1)
 
-        inv_vec = Cat(*[~way_valid[w][s1_set] for w in range(W)])
-        victim_way = Signal(max(way_bits, 1))
-        if W > 1:
-            pv = _plru_victim(plru[s1_set], W)
-            for w in range(W):
-                with m.If(pv[w]):
-                    m.d.comb += victim_way.eq(w)
-        for w in reversed(range(W)):                 # first invalid way wins
-            with m.If(inv_vec[w]):
-                m.d.comb += victim_way.eq(w)
-        victim_idx = entry(s1_set, victim_way)
-        victim_valid = ~inv_vec.bit_select(victim_way, 1) if W > 1 else ~inv_vec[0]
-
-        mshr_load = Signal()
-        s2_advance = s2_valid & self.resp.ready
+        # s1's decisions, from registers: ga / gb (s1 can go, with s0's / its own compare), the
+        # MSHR's install taking s2 first.
         s2_free = ~s2_valid | self.resp.ready
-        fresh = Mux(s1_hit_r, Mux(took, valid_a[a_idx], valid_a[b_idx]), ~load_d)
+        mshr_load = fill_ready & s2_free
+        free_nf = s2_free & ~fill_ready
+        m_a = ~load_d & (a_bad | (~mshr_busy & ~vict_stale))
+        m_b = ~load_d & (b_bad | ~mshr_busy)
+        ga = took & Mux(a_hit, a_live, m_a)
+        gb = s1_valid & ~took & (b_hit | m_b)
+        s1_advance = Signal()
+        alloc = Signal()
+        m.d.comb += [
+            s1_advance.eq((ga | gb) & free_nf),
+            alloc.eq(((took & ~a_hit & ~a_bad & ~load_d & ~mshr_busy & ~vict_stale) |
+                      (s1_valid & ~took & ~b_hit & ~b_bad & ~load_d & ~mshr_busy)) & free_nf),
+        ]
+        fresh = Mux(s1_hit_r, ~took | a_live, ~load_d)
         fell, rose = valid_d & ~Cat(*valid), ~valid_d & Cat(*valid)
         m.d.sync += [
-            load_d.eq(mshr_load),
-            Assert(~fresh | Mux(s1_hit_r, ~fell.bit_select(s1_idx_r, 1), ~rose.any() & ~tag_wr_d),
+            load_d.eq(mshr_load), alloc_d.eq(alloc),
+            Assert(~s1_valid | ~fresh | Mux(s1_hit_r, ~fell.bit_select(s1_idx_r, 1), ~rose.any() & ~tag_wr_d),
                    "qp_cache: s1 passed a stale compare\n"),
+            Assert(~(took & a_hit) | (a_live == valid_a[a_idx]), "qp_cache: a_live\n"),
+            Assert(alloc == (s1_advance & s1_miss), "qp_cache: alloc\n"),
         ]
-        s1_can_go = fresh & (s1_bad_r | s1_hit_r | ~mshr_busy)
-        s1_advance = s1_valid & s1_can_go & s2_free & ~mshr_load
-        s1_miss = ~s1_bad_r & ~s1_hit_r
+        # the victim registered is the one the set's state gives now
+        if W > 1:
+            pv = _plru_victim(plru_a[s1_set], W)
+            inv_vec = Cat(*[~way_valid[w][s1_set] for w in range(W)])
+            exact_way = Signal(way_bits)
+            for w in range(W):
+                with m.If(pv[w]):
+                    m.d.comb += exact_way.eq(w)
+            for w in reversed(range(W)):
+                with m.If(inv_vec[w]):
+                    m.d.comb += exact_way.eq(w)
+            m.d.sync += Assert(~alloc | ((victim_idx == entry(s1_set, exact_way)) & (victim_valid == ~inv_vec.any())),
+                               "qp_cache: victim\n")
 
-        m.d.comb += self.req.ready.eq(~ctrl_block & (~s1_valid | s1_advance))
-        with m.If(self.req.valid & self.req.ready):
-            m.d.sync += [s1_valid.eq(1), s1_req.eq(self.req.payload), count("lookups")]
+        m.d.comb += [
+            self.req.ready.eq(~ctrl_block & (~s1_valid | s1_advance)),
+            accept.eq(self.req.valid & self.req.ready),
+        ]
+        with m.If(accept):
+            m.d.sync += [s1_valid.eq(1), s1_req.eq(self.req.payload)]
         with m.Elif(s1_advance):
             m.d.sync += s1_valid.eq(0)
 
@@ -373,32 +446,46 @@ class QpCache(wiring.Component):
         ]
         s2_writes = Signal()         # s2 writes its record to the data memory at this edge
 
-        with m.If(s1_advance):
+        # s2 loads whenever it is free: the MSHR's install, else s1's request (valid if it advances)
+        mshr_set = mshr_idx[way_bits:] if set_bits else Const(0, 1)
+        mshr_way = mshr_idx[:way_bits] if way_bits else Const(0, 1)
+        s1_upd = s1_req.op != Op.LOOKUP
+        with m.If(s2_free):
             m.d.sync += [
-                s2_valid.eq(~s1_miss), s2_req.eq(s1_req), s2_from_fill.eq(0),
-                s2_status.eq(Mux(s1_bad_r, Status.BAD_QPN, Status.OK)),
-                s2_idx.eq(s1_idx_r),
+                s2_valid.eq(mshr_load | (s1_advance & ~s1_miss)),
+                s2_req.eq(Mux(mshr_load, mshr_req, s1_req)),
+                s2_from_fill.eq(mshr_load),
+                s2_status.eq(Mux(mshr_load, Mux(mshr_err, Status.BUS_ERROR, Status.OK),
+                                 Mux(s1_bad_r, Status.BAD_QPN, Status.OK))),
+                s2_idx.eq(Mux(mshr_load, mshr_idx, s1_idx_r)),
                 # the read port does not see a write at the same edge: forward it
-                s2_fwd.eq(s2_writes & (s2_idx == s1_idx_r)),
+                s2_fwd.eq(mshr_load | (s2_writes & (s2_idx == s1_idx_r))),
+                s2_wr.eq(Mux(mshr_load, ~mshr_err, ~s1_bad_r & s1_upd)),
+                s2_upd.eq(Mux(mshr_load, ~mshr_err & (mshr_req.op != Op.LOOKUP), ~s1_bad_r & s1_upd)),
             ]
-            with m.If(s1_bad_r):
-                m.d.sync += count("errors")
-            with m.Elif(s1_hit_r):
-                m.d.sync += count("hits")
-                if W > 1:
-                    m.d.sync += plru[s1_set].eq(_plru_touch(plru[s1_set], W, s1_idx_r[:way_bits]))
-            with m.Else():                            # allocate the MSHR, hide the victim
-                m.d.sync += [
-                    count("misses"),
-                    mshr_busy.eq(1), mshr_req.eq(s1_req), mshr_idx.eq(victim_idx),
-                    mshr_victim_valid.eq(victim_valid), mshr_captured.eq(0), mshr_wb_need.eq(0),
-                    mshr_rd.eq(1),
-                    mshr_wb_done.eq(0), mshr_r_done.eq(0), mshr_err.eq(0), mshr_wb_err.eq(0),
-                    valid_a[victim_idx].eq(0),
-                    axi.araddr.eq(rec_addr(s1_req.qpn)), axi.arvalid.eq(1),
-                ]
-        with m.Elif(s2_advance):
-            m.d.sync += s2_valid.eq(0)
+        m.d.sync += [
+            pend_v.eq((s1_advance & ~s1_bad_r & s1_hit_r) | (mshr_load & ~mshr_err)),
+            pend_set.eq(Mux(mshr_load, mshr_set, s1_set)),
+            pend_way.eq(Mux(mshr_load, mshr_way, s1_idx_r[:way_bits] if way_bits else 0)),
+            ev["lookups"].eq(accept),
+            ev["hits"].eq(s1_advance & ~s1_bad_r & s1_hit_r),
+            ev["misses"].eq(alloc),
+        ]
+
+        # allocation: the MSHR's registers follow s1 and its victim while the MSHR is idle
+        with m.If(~mshr_busy):
+            m.d.sync += [
+                mshr_req.eq(s1_req), mshr_idx.eq(victim_idx), mshr_victim_valid.eq(victim_valid),
+                axi.araddr.eq(rec_addr(s1_req.qpn)),
+                mshr_captured.eq(0), mshr_wb_need.eq(0), mshr_wb_done.eq(0), mshr_r_done.eq(0),
+                mshr_err.eq(0), mshr_wb_err.eq(0),
+            ]
+        m.d.sync += mshr_rd.eq(alloc)
+        with m.If(alloc):
+            m.d.sync += [mshr_busy.eq(1), axi.arvalid.eq(1)]
+        for i in range(E):
+            with m.If(alloc & victim_oh[i]):          # hide the victim
+                m.d.sync += valid[i].eq(0)
 
         # ===== s2: update, write, respond ====================================================
         s2_data = Mux(s2_fwd, fwd_rec, rp.data)
@@ -421,10 +508,14 @@ class QpCache(wiring.Component):
             with m.Case(Op.SET_RETRY):
                 m.d.comb += [rec.retry_cnt.eq(arg[0:3]), rec.rnr_retry_cnt.eq(arg[4:7])]
 
-        is_update = s2_req.op != Op.LOOKUP
         s2_ok = s2_status == Status.OK
+        is_update = s2_req.op != Op.LOOKUP
+        m.d.sync += [
+            Assert(~s2_valid | (s2_wr == (s2_ok & (is_update | s2_from_fill))), "qp_cache: s2_wr\n"),
+            Assert(~s2_valid | (s2_upd == (s2_ok & is_update)), "qp_cache: s2_upd\n"),
+        ]
         m.d.comb += [
-            s2_writes.eq(s2_advance & s2_ok & (is_update | s2_from_fill)),
+            s2_writes.eq(s2_valid & self.resp.ready & s2_wr),
             self.resp.valid.eq(s2_valid),
             self.resp.payload.status.eq(s2_status),
             self.resp.payload.tag.eq(s2_req.tag),
@@ -437,7 +528,7 @@ class QpCache(wiring.Component):
             mut_wp.data.eq(rec.as_value()[:MUTABLE_BYTES * 8]),
             mut_wp.en.eq(s2_writes),
         ]
-        with m.If(s2_advance & s2_ok & is_update):
+        with m.If(s2_valid & self.resp.ready & s2_upd):
             m.d.sync += dirty_a[s2_idx].eq(1)
         with m.If(mshr_load):
             m.d.sync += fwd_rec.eq(fill_buf)
@@ -445,22 +536,22 @@ class QpCache(wiring.Component):
             m.d.sync += fwd_rec.eq(rec)
 
         # after allocation: one clock to read the victim's mutable bytes and its dirty bit (whether
-        # to write it back), one to capture the bytes (nothing can write the hidden victim meanwhile)
-        mshr_wb_go = Signal()
+        # to write it back), one to capture the bytes (nothing can write the hidden victim meanwhile),
+        # then the write-back starts
+        m.d.sync += [mshr_cap.eq(mshr_rd), mshr_ws.eq(mshr_cap & mshr_wb_go)]
         with m.If(mshr_rd):
-            m.d.sync += [mshr_rd.eq(0), mshr_cap.eq(1), mshr_wb_go.eq(mshr_victim_valid & dirty_a[mshr_idx])]
+            m.d.sync += mshr_wb_go.eq(mshr_victim_valid & dirty_a[mshr_idx])
         with m.If(mshr_cap):
             m.d.sync += [
-                mshr_cap.eq(0), mshr_captured.eq(1),
+                mshr_captured.eq(1),
                 mshr_wb_need.eq(mshr_wb_go),
                 wb_buf.eq(mut_rp.data),
             ]
-            with m.If(mshr_wb_go):
-                m.d.sync += count("writebacks")
-                m.d.comb += [
-                    we_start.eq(1), we_from_ctrl.eq(0), we_start_len.eq(_WB_BEATS - 1),
-                    we_start_addr.eq(wb_addr),
-                ]
+        with m.If(mshr_ws):
+            m.d.comb += [
+                we_start.eq(1), we_from_ctrl.eq(0), we_start_len.eq(_WB_BEATS - 1),
+                we_start_addr.eq(wb_addr),
+            ]
 
         # ===== MSHR: fetch, write-back, install ==============================================
         with m.If(axi.arvalid & axi.arready):
@@ -469,6 +560,7 @@ class QpCache(wiring.Component):
             axi.arlen.eq(_FILL_BEATS - 1), axi.arsize.eq(3), axi.arburst.eq(1), axi.arid.eq(0),
             axi.rready.eq(mshr_busy & ~mshr_r_done),
         ]
+        r_last = axi.rvalid & axi.rready & axi.rlast
         with m.If(axi.rvalid & axi.rready):
             m.d.sync += fill_buf.eq(Cat(fill_buf[64:], axi.rdata))
             with m.If(axi.rresp != 0):
@@ -480,19 +572,19 @@ class QpCache(wiring.Component):
             with m.If(we_err):
                 m.d.sync += [mshr_err.eq(1), mshr_wb_err.eq(1)]
 
-        m.d.comb += mshr_load.eq(mshr_busy & mshr_r_done & mshr_captured &
-                                 (~mshr_wb_need | mshr_wb_done) & s2_free)
-        mshr_set = mshr_idx[way_bits:] if set_bits else Const(0, 1)
-        mshr_way = mshr_idx[:way_bits] if way_bits else Const(0, 1)
+        # fill_ready: the next state of busy & r_done & captured & (~wb_need | wb_done)
+        wb_need_next = Mux(mshr_cap, mshr_wb_go, mshr_wb_need)
+        m.d.sync += [
+            fill_ready.eq(mshr_busy & ~mshr_load & (mshr_r_done | r_last) & (mshr_captured | mshr_cap) &
+                          (~wb_need_next | mshr_wb_done | we_done)),
+            Assert(fill_ready == (mshr_busy & mshr_r_done & mshr_captured & (~mshr_wb_need | mshr_wb_done)),
+                   "qp_cache: fill_ready\n"),
+        ]
         with m.If(mshr_load):
-            m.d.sync += [
-                mshr_busy.eq(0),
-                s2_valid.eq(1), s2_from_fill.eq(1), s2_fwd.eq(1), s2_req.eq(mshr_req),
-                s2_idx.eq(mshr_idx), s2_status.eq(Mux(mshr_err, Status.BUS_ERROR, Status.OK)),
-            ]
+            m.d.sync += mshr_busy.eq(0)
             with m.If(mshr_err):
                 # restore the victim; it stays dirty only if its write-back failed
-                m.d.sync += [count("errors"), valid_a[mshr_idx].eq(mshr_victim_valid)]
+                m.d.sync += valid_a[mshr_idx].eq(mshr_victim_valid)
                 with m.If(mshr_wb_need & ~mshr_wb_err):
                     m.d.sync += dirty_a[mshr_idx].eq(0)
             with m.Else():
@@ -503,10 +595,7 @@ class QpCache(wiring.Component):
                     tag_wp.addr.eq(mshr_set), tag_wp.data.eq(mshr_req.qpn.replicate(W)),
                     tag_wp.en.eq(1 << mshr_way if W > 1 else 1),
                 ]
-                if W > 1:
-                    m.d.sync += plru[mshr_set].eq(_plru_touch(plru[mshr_set], W, mshr_way))
-                with m.If(mshr_victim_valid):
-                    m.d.sync += count("evictions")
+        m.d.sync += ev["evictions"].eq(mshr_load & ~mshr_err & mshr_victim_valid)
 
         # ===== write engine ====================================================================
         beats = Array(self.ctrl.payload.record.as_value()[64 * i:64 * (i + 1)] for i in range(_BEATS))
@@ -534,11 +623,26 @@ class QpCache(wiring.Component):
             m.d.comb += [we_done.eq(1), we_err.eq(axi.bresp != 0)]
 
         # ===== control FSM ======================================================================
+        # The control port's QPN has a compare of its own, registered every clock; the FSM uses it
+        # once the cache has been drained since the clock before (nothing changed since the compare).
         c_op = self.ctrl.payload.op
         c_status = Signal(Status)
         c_cnt = Signal(range(E + 1))     # flush position
-        c_hit, c_bad = Signal(), Signal()  # the control port's QPN compare, registered in Drain
+        c_hit, c_bad, c_dirty = Signal(), Signal(), Signal()
+        c_vd = Signal()                  # flush: entry c_idx is valid and dirty
+        cc_hit, cc_idx, cc_bad = Signal(), Signal(idx_bits), Signal()
+        c_cmp_hit, c_cmp_idx = compare(self.ctrl.payload.qpn, "c_hit", tag_rp[3])
         drained = ~s1_valid & ~s2_valid & ~mshr_busy & ~we_busy
+        drained_d = Signal()
+        m.d.sync += [
+            cc_hit.eq(c_cmp_hit), cc_idx.eq(c_cmp_idx), cc_bad.eq(self.ctrl.payload.qpn >= self.table_size),
+            drained_d.eq(drained),
+        ]
+        wb_ev = Signal()
+        m.d.sync += [
+            ev["errors"].eq((s1_advance & s1_bad_r) | (mshr_load & mshr_err)),
+            ev["writebacks"].eq(mshr_ws | wb_ev),
+        ]
 
         with m.FSM(name="ctrl_fsm"):
             with m.State("Idle"):
@@ -548,11 +652,12 @@ class QpCache(wiring.Component):
                     m.next = "Drain"
             with m.State("Drain"):
                 m.d.comb += ctrl_block.eq(1)
-                with m.If(drained & s1_r_ctrl & fresh):
-                    m.d.sync += [c_hit.eq(s1_hit_r), c_bad.eq(s1_bad_r), c_idx.eq(s1_idx_r)]
+                with m.If(drained_d):
+                    m.d.sync += [c_hit.eq(cc_hit), c_bad.eq(cc_bad), c_idx.eq(cc_idx), c_dirty.eq(dirty_a[cc_idx]),
+                                 Assert(drained, "qp_cache: drained\n")]
                     m.next = "Decide"
             with m.State("Decide"):
-                # one clock between the compare and what it decides: off s1's critical path
+                # one clock between the compare and what it decides
                 m.d.comb += ctrl_block.eq(1)
                 with m.If((c_op != CtrlOp.FLUSH) & c_bad):
                     m.d.sync += c_status.eq(Status.BAD_QPN)
@@ -566,7 +671,7 @@ class QpCache(wiring.Component):
                     ]
                     m.next = "Write"
                 with m.Elif(c_op == CtrlOp.INVALIDATE):
-                    with m.If(c_hit & dirty_a[c_idx]):
+                    with m.If(c_hit & c_dirty):
                         m.next = "Read-Addr"
                     with m.Else():
                         with m.If(c_hit):
@@ -578,17 +683,25 @@ class QpCache(wiring.Component):
                 m.d.comb += ctrl_block.eq(1)
                 with m.If(c_cnt == E):
                     m.next = "Ack"
-                with m.Elif(valid_a[c_cnt[:idx_bits]] & dirty_a[c_cnt[:idx_bits]]):
-                    m.d.sync += [c_idx.eq(c_cnt), c_cnt.eq(c_cnt + 1)]
+                with m.Else():
+                    m.d.sync += [
+                        c_idx.eq(c_cnt), c_cnt.eq(c_cnt + 1),
+                        c_vd.eq(valid_a[c_cnt[:idx_bits]] & dirty_a[c_cnt[:idx_bits]]),
+                    ]
+                    m.next = "Flush-Entry"
+            with m.State("Flush-Entry"):
+                m.d.comb += ctrl_block.eq(1)
+                with m.If(c_vd):
                     m.next = "Read-Addr"
                 with m.Else():
-                    m.d.sync += [valid_a[c_cnt[:idx_bits]].eq(0), c_cnt.eq(c_cnt + 1)]
+                    m.d.sync += valid_a[c_idx].eq(0)
+                    m.next = "Flush-Scan"
             with m.State("Read-Addr"):
                 m.d.comb += [ctrl_block.eq(1), ctrl_rd.eq(1)]
                 m.next = "Read-Entry"
             with m.State("Read-Entry"):
-                m.d.comb += ctrl_block.eq(1)
-                m.d.sync += [wb_buf.eq(mut_rp.data), count("writebacks")]
+                m.d.comb += [ctrl_block.eq(1), wb_ev.eq(1)]
+                m.d.sync += wb_buf.eq(mut_rp.data)
                 m.d.comb += [
                     we_start.eq(1), we_from_ctrl.eq(0), we_start_len.eq(_WB_BEATS - 1),
                     we_start_addr.eq(wb_addr),
@@ -614,9 +727,7 @@ class QpCache(wiring.Component):
             with m.State("Ack"):
                 m.d.comb += [ctrl_block.eq(1), self.ack.valid.eq(1), self.ack.payload.status.eq(c_status)]
                 with m.If(self.ack.ready):
-                    m.d.comb += self.ctrl.ready.eq(1)
-                    with m.If(c_status != Status.OK):
-                        m.d.sync += count("errors")
+                    m.d.comb += [self.ctrl.ready.eq(1), ctrl_err.eq(c_status != Status.OK)]
                     m.next = "Idle"
 
         return m
