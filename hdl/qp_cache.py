@@ -42,6 +42,7 @@ from ..model import qpc as _model
 from ..model.qpc import (ARG_WIDTH, CACHED_BITS, CACHED_BYTES, COUNTER_NAMES, COUNTER_WIDTH, MUTABLE_BYTES,
                          QPC_FIELDS, QPN_WIDTH, RECORD_BITS, RECORD_BYTES, QpcCacheConfig)
 from .bus import AXI4Signature
+from .prim import lut4
 
 __all__ = ["Op", "CtrlOp", "Status", "QpState", "record_layout", "cached_layout", "request_layout",
            "response_layout", "ctrl_layout", "ack_layout", "counters_layout", "QpCache", "QpcCacheConfig"]
@@ -310,9 +311,31 @@ class QpCache(wiring.Component):
             set_ = set_of(qpn)
             m.d.comb += port.addr.eq(set_)
             vec = Signal(W, name=f"{name}_vec")
-            m.d.comb += vec.eq(Cat(*[way_valid[w][set_] & (lane(port, w)[set_bits:] == qpn[set_bits:])
-                                     for w in range(W)]))
-            return vec.any(), entry(set_, encode(vec) if way_bits else Const(0, 0))
+            for w in range(W):
+                # two bits per LUT4, then ANDs of four (with the way's valid bit in the last one):
+                # three LUT levels after the tag RAM, as the compare is placed by hand
+                tag = lane(port, w)
+                terms = [lut4(m, platform, f"{name}_eq{w}_{i}", lambda a, b, c, d: a == b and c == d,
+                              [tag[i], qpn[i], tag[i + 1], qpn[i + 1]])
+                         for i in range(set_bits, QPN_WIDTH - 1, 2)]
+                if (QPN_WIDTH - set_bits) % 2:
+                    terms.append(lut4(m, platform, f"{name}_eq{w}_last", lambda a, b: a == b,
+                                      [tag[QPN_WIDTH - 1], qpn[QPN_WIDTH - 1]]))
+                level = 0
+                while len(terms) > 3:
+                    terms = [t[0] if len(t) == 1 else
+                             lut4(m, platform, f"{name}_and{w}_{level}_{k}", lambda *b: all(b), t)
+                             for k, t in enumerate(terms[i:i + 4] for i in range(0, len(terms), 4))]
+                    level += 1
+                m.d.comb += vec[w].eq(lut4(m, platform, f"{name}_hit{w}", lambda *b: all(b),
+                                           [way_valid[w][set_], *terms]))
+            if W > 4:
+                return vec.any(), entry(set_, encode(vec) if way_bits else Const(0, 0))
+            # the hit and the way index, one LUT4 each (synthesis chained the OR behind another LUT)
+            hit = lut4(m, platform, f"{name}_any", lambda *b: any(b), list(vec))
+            way = Cat(*[lut4(m, platform, f"{name}_way{b}", lambda *x: any(x),
+                             [vec[w] for w in range(W) if w >> b & 1]) for b in range(way_bits)])
+            return hit, entry(set_, way if way_bits else Const(0, 0))
 
         # The entry being written back: the MSHR's victim while a miss is outstanding, else the
         # control FSM's entry (control runs only with the MSHR idle). Its tag is registered a clock
@@ -431,8 +454,11 @@ class QpCache(wiring.Component):
             self.req.ready.eq(~ctrl_block & (~s1_valid | s1_advance)),
             accept.eq(self.req.valid & self.req.ready),
         ]
+        # s1's request register loads whenever s1 is free (what it holds without s1_valid is unused)
+        with m.If(~s1_valid | s1_advance):
+            m.d.sync += s1_req.eq(self.req.payload)
         with m.If(accept):
-            m.d.sync += [s1_valid.eq(1), s1_req.eq(self.req.payload)]
+            m.d.sync += s1_valid.eq(1)
         with m.Elif(s1_advance):
             m.d.sync += s1_valid.eq(0)
 
