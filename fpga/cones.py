@@ -32,7 +32,6 @@ DELAYS = {"ff_q": 0.52, "bram_q": 5.8, "lutram_q": 1.2, "lut": 0.24, "mux": 0.22
           "ccu_carry": 0.035, "ccu_sum": 0.25, "setup": 0.1, "net": 0.6, "net_fanout": 0.12}
 
 _COMB = {"LUT4": ("ABCD", "Z"), "PFUMX": (("ALUT", "BLUT", "C0"), "Z"), "L6MUX21": (("D0", "D1", "SD"), "Z")}
-_SEQ_OUT = {"TRELLIS_FF": ("Q",), "DP16KD": None, "TRELLIS_DPR16X4": ("DO",)}
 
 
 def _bits(conn):

@@ -489,7 +489,9 @@ class DescriptorEngine(wiring.Component):
         resp_la = Signal()             # the response due is a lookahead lookup's
         resp_ho = Signal()             # ... and Handoff's
         resp_ok = Signal()
-        m.d.comb += resp_ok.eq(self.qpc_resp.valid & (self.qpc_resp.payload.status == Status.OK))
+        ho_start = Signal()            # Handoff-Resp starts the new turn (an OK answer, no doorbell)
+        m.d.comb += [resp_ok.eq(self.qpc_resp.valid & (self.qpc_resp.payload.status == Status.OK)),
+                     ho_start.eq(resp_ok & ~self.doorbell.valid & ~self.cq_doorbell.valid)]
         with m.If(self.qpc_resp.valid):
             m.d.sync += [resp_la.eq(0), resp_ho.eq(0)]
 
@@ -830,7 +832,6 @@ class DescriptorEngine(wiring.Component):
             # only while no doorbell waits (doorbells are taken between turns).
             la_lookup("Handoff")
             with m.State("Handoff-Resp"):
-                rec = data.View(cached_layout, self.qpc_resp.payload.record)
                 m.d.comb += fetching.eq(1)
                 with m.If(self.qpc_resp.valid):
                     # state and indices as Peek found them (la_rts): only that QP's own requests and
@@ -839,8 +840,7 @@ class DescriptorEngine(wiring.Component):
                     # Handoff only with r_rdy, and only Idle and this state pop it
                     m.d.sync += Assert(rdy.r_rdy & (rdy.r_data[:24] == la_qpn),
                                        "engine: Handoff onto a QP that is not the ready list's head\n")
-                    with m.If((self.qpc_resp.payload.status == Status.OK) &
-                              ~self.doorbell.valid & ~self.cq_doorbell.valid):
+                    with m.If(ho_start):
                         m.d.comb += rdy.r_en.eq(1)
                         m.d.sync += [d_active.eq(1), d_inflight.eq(inflight), dqpn.eq(qpn), dsquash.eq(0),
                                      dctx.state.eq(ctx.state), dctx.sq_ci.eq(ctx.sq_ci), dctx.sq_pi.eq(ctx.sq_pi),
@@ -996,9 +996,9 @@ class DescriptorEngine(wiring.Component):
         m.d.sync += Assert(~self.qpc_resp.valid | Cat(*(fsm.ongoing(s) for s in resp_states)).any(),
                            "engine: QP cache response in a state that does not take it\n")
         # ctx / dctx from the response: every turn's own response (take_resp()), and Handoff's when
-        # it starts the new turn (the condition Handoff-Resp pops the ready list on)
+        # it starts the new turn (ho_start, on which Handoff-Resp pops the ready list)
         rec = data.View(cached_layout, self.qpc_resp.payload.record)
-        with m.If(resp_ok & resp_ho & ~self.doorbell.valid & ~self.cq_doorbell.valid):
+        with m.If(ho_start & resp_ho):
             m.d.sync += ctx.eq(rec)
         with m.Elif(resp_ok & ~resp_la & cd):
             m.d.sync += [dctx.state.eq(rec.state), dctx.sq_ci.eq(rec.sq_ci), dctx.sq_pi.eq(rec.sq_pi),
