@@ -9,12 +9,12 @@ Byte order: lane ``i`` of a data word (bits ``8*i+7 .. 8*i``) carries the ``i``-
 (the AXI4-Stream convention). ``keep``/``tkeep``/``wstrb`` bit ``i`` qualifies lane ``i``.
 """
 
-from amaranth import Module
+from amaranth import Module, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 __all__ = ["AXI4Signature", "AXI4LiteSignature", "AXIStreamSignature",
-           "packet_layout", "PacketStream", "stream_to_axis", "axis_to_stream"]
+           "packet_layout", "PacketStream", "stream_to_axis", "axis_to_stream", "skid_stage"]
 
 
 def _check_width(name, value, allowed):
@@ -136,3 +136,24 @@ def axis_to_stream(m: Module, axis, dst):
     ]
     if hasattr(dst.payload, "user"):
         m.d.comb += dst.payload.user.eq(axis.tuser)
+
+
+def skid_stage(m: Module, valid, ready, payload, out_ready, name):
+    """A two-entry skid buffer: takes ``payload`` on ``valid`` & ``ready`` and returns ``(out_valid,
+    out_payload)``, held until ``out_ready``. ``ready``, ``out_valid`` and ``out_payload`` are
+    flip-flops, so no combinational path crosses it either way (a transfer per clock, one clock of
+    latency); the second entry takes what came while the output stalled. ``payload`` may carry
+    fields derived from the input, so that the side after it reads them ready-made."""
+    full = Signal(name=f"{name}_full")
+    out = Signal(payload.shape(), name=f"{name}_data", reset_less=True)
+    skid = Signal(name=f"{name}_skid")
+    skid_data = Signal(payload.shape(), name=f"{name}_skid_data", reset_less=True)
+    m.d.comb += ready.eq(~skid)
+    with m.If(~full | out_ready):
+        with m.If(skid):
+            m.d.sync += [out.eq(skid_data), skid.eq(0)]
+        with m.Else():
+            m.d.sync += [full.eq(valid), out.eq(payload)]
+    with m.Elif(valid & ~skid):
+        m.d.sync += [skid.eq(1), skid_data.eq(payload)]
+    return full, out

@@ -24,7 +24,7 @@ from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
-from .bus import AXI4Signature, PacketStream
+from .bus import AXI4Signature, PacketStream, skid_stage
 from .fifo import BlockFIFO, CreditFIFO, check_credit
 
 __all__ = ["BW_WINDOW", "payload_cmd_layout", "payload_status_layout", "AxiInterconnect", "PayloadReader"]
@@ -305,7 +305,8 @@ class PayloadReader(wiring.Component):
     most ``cmd_depth`` are in flight, so short commands (a beat or two, common at W >= 256) do not
     fill every clock.
 
-    Latency (clock edges, ``payload.ready`` = 1): command handshake to ``arvalid`` 2; R beat
+    Latency (clock edges, ``payload.ready`` = 1): command handshake to ``arvalid`` 3 (the command
+    first enters a register stage that also computes its burst and packet fields); R beat
     handshake to its ``payload`` beat 5 (6 for a command not B-byte aligned: its first beat waits
     for a second raw beat); last R beat of a command to ``status.valid`` 1. The same at every W.
 
@@ -317,9 +318,10 @@ class PayloadReader(wiring.Component):
     Members
     -------
     cmd : ``In(stream.Signature(payload_cmd_layout))``
-        One command per packet. ``ready`` is a flip-flop: it is low while the current command's
-        bursts are being issued, or while ``cmd_depth`` commands have a status not yet taken, or a
-        queue is full.
+        One command per packet, into a two-entry register stage; ``ready`` is a flip-flop, low
+        while the stage holds two. The stage's head waits while the current command's bursts are
+        being issued, or while ``cmd_depth`` commands have a status not yet taken, or a queue is
+        full.
     max_burst : ``In(9)``
         ``AXI_MAX_BURST``: 1..256 beats; 0 or above 256 acts as 256. Change only while idle.
     m_axi : ``Out(AXI4Signature(addr_width=64, data_width=W, id_width=4))``
@@ -409,34 +411,40 @@ class PayloadReader(wiring.Component):
             axi.arprot.eq(0), axi.awvalid.eq(0), axi.wvalid.eq(0), axi.bready.eq(1), axi.rready.eq(1),
         ]
 
-        # ---- command stage -------------------------------------------------------------------------
-        c = self.cmd.payload
-        off = c.addr[:sb]
-        nonzero = c.len != 0
-        rd = nonzero & ~c.inline                 # reads memory
-        raw_beats = Signal(beat_bits)
-        m.d.comb += raw_beats.eq(Mux(rd, (off + c.len + (B - 1)) >> sb, 0))
-        lm1 = Signal(13)
-        m.d.comb += lm1.eq(c.len - 1)
-        info = Signal(pinfo_layout)
+        # ---- command stage: a skid buffer that registers the command with what is derived from it,
+        # so the credit logic behind it starts from flip-flops ---------------------------------------
+        ci = self.cmd.payload
+        ci_off = ci.addr[:sb]
+        ci_lm1 = Signal(13)
+        m.d.comb += ci_lm1.eq(ci.len - 1)
+        ci_nz = ci.len != 0
+        ci_rd = ci_nz & ~ci.inline
+        stage_layout = data.StructLayout({
+            "addr": 64, "inline": 1, "data": 256, "nonzero": 1, "rd": 1, "raw_beats": beat_bits,
+            "info": pinfo_layout, "rb": rbeats_layout})
+        staged = Signal(stage_layout)
         m.d.comb += [
-            info.off.eq(Mux(c.inline, 0, off)),
-            info.offnz.eq(~c.inline & (off != 0)),
-            info.nm1.eq(lm1[sb:]),
-            info.single.eq(c.len <= B),
-            info.keep.eq(Mux(c.len[:sb] == 0, (1 << B) - 1, (Const(1, B + 1) << c.len[:sb]) - 1)),
-            info.extra.eq(off + lm1[:sb] >= B),
-            info.inline.eq(c.inline),
+            staged.addr.eq(ci.addr), staged.inline.eq(ci.inline), staged.data.eq(ci.data),
+            staged.nonzero.eq(ci_nz), staged.rd.eq(ci_rd),
+            staged.raw_beats.eq(Mux(ci_rd, (ci_off + ci.len + (B - 1)) >> sb, 0)),
+            staged.info.off.eq(Mux(ci.inline, 0, ci_off)),
+            staged.info.offnz.eq(~ci.inline & (ci_off != 0)),
+            staged.info.nm1.eq(ci_lm1[sb:]),
+            staged.info.single.eq(ci.len <= B),
+            staged.info.keep.eq(Mux(ci.len[:sb] == 0, (1 << B) - 1, (Const(1, B + 1) << ci.len[:sb]) - 1)),
+            staged.info.extra.eq(ci_off + ci_lm1[:sb] >= B),
+            staged.info.inline.eq(ci.inline),
+            staged.rb.n.eq(Mux(ci_rd, (ci_off + ci.len + (B - 1)) >> sb, 0)),
+            staged.rb.one.eq(ci_off + ci.len <= B),
         ]
-        rb = Signal(rbeats_layout)
-        m.d.comb += [rb.n.eq(raw_beats), rb.one.eq(off + c.len <= B)]
+        cmd_rdy = Signal(init=1)
+        c_valid, c = skid_stage(m, self.cmd.valid, self.cmd.ready, staged, cmd_rdy, "cmd")
+        nonzero, rd, raw_beats, info, rb = c.nonzero, c.rd, c.raw_beats, c.info, c.rb
         active = Signal()                    # bursts of the accepted command still to issue
         a_addr = Signal(64 - sb)             # next burst's beat address (address >> log2(B))
         a_left = Signal(beat_bits)           # its beats not yet issued
         owed = Signal(range(C + 1))          # accepted commands whose status is not yet taken
-        cmd_rdy = Signal(init=1)
-        m.d.comb += self.cmd.ready.eq(cmd_rdy)
-        accept = self.cmd.valid & cmd_rdy
+        accept = c_valid & cmd_rdy
         p_take, i_take = accept & nonzero, accept & nonzero & c.inline
         m.d.comb += [
             pinfo.w_en.eq(p_take), pinfo.w_data.eq(info), inl.w_en.eq(i_take), inl.w_data.eq(c.data),

@@ -27,24 +27,6 @@ __all__ = ["Rnic"]
 _MASTERS = ("qp_cache", "payload", "wqe", "completion")   # AXI ID bits [5:4] = index
 
 
-def _register_stage(m, src, dst, name):
-    """A two-entry skid buffer between two streams: ``dst``'s valid and payload and ``src.ready`` all
-    come from flip-flops, so no combinational path crosses it either way (a transfer per clock,
-    one clock of latency). The second entry takes the beat that ``src`` sent while ``dst`` stalled."""
-    full = Signal(name=f"{name}_full")
-    data = Signal(src.payload.shape(), name=f"{name}_data", reset_less=True)
-    skid = Signal(name=f"{name}_skid")
-    skid_data = Signal(src.payload.shape(), name=f"{name}_skid_data", reset_less=True)
-    m.d.comb += [src.ready.eq(~skid), dst.valid.eq(full), dst.payload.eq(data)]
-    with m.If(~full | dst.ready):
-        with m.If(skid):
-            m.d.sync += [data.eq(skid_data), skid.eq(0)]
-        with m.Else():
-            m.d.sync += [full.eq(src.valid), data.eq(src.payload)]
-    with m.Elif(src.valid & ~skid):
-        m.d.sync += [skid.eq(1), skid_data.eq(src.payload)]
-
-
 class Rnic(wiring.Component):
     """The transmit engine.
 
@@ -187,7 +169,7 @@ class Rnic(wiring.Component):
         m.d.comb += [dq.w_en.eq(eng.desc.valid), dq.w_data.eq(eng.desc.payload), eng.desc.ready.eq(dq.w_rdy),
                      pb.desc.valid.eq(dq.r_rdy & (arrived != 0)), pb.desc.payload.eq(dq.r_data),
                      dq.r_en.eq(release)]
-        _register_stage(m, eng.rd_cmd, rd.cmd, "rd_cmd")
+        wiring.connect(m, eng.rd_cmd, rd.cmd)
         wiring.connect(m, rd.payload, pb.payload)
         wiring.connect(m, rd.status, gate.rd_status)
         wiring.connect(m, eng.group, gate.group)
