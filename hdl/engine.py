@@ -130,7 +130,7 @@ class DescriptorEngine(wiring.Component):
     status : In(stream)
         Per packet, in order, from :class:`FrameGate`: the payload read's result.
     err, inc, cqe_written, idle : Out
-        To the register block.
+        To the register block; ``err`` and ``inc`` a clock after the event (flip-flops).
     """
 
     def __init__(self, cache_cfg: QpcCacheConfig | None = None, *, max_qps: int = 256, window: int = 16,
@@ -213,7 +213,9 @@ class DescriptorEngine(wiring.Component):
 
         def count_step(committed=False):
             """One more step in this turn; ``committed``: a packet in flight leaves with it."""
-            m.d.sync += [steps.eq(steps + ~steps[-1]), si.eq(si + ~steps[-1] - committed)]
+            m.d.sync += [steps.eq(steps + ~steps[-1]), si.eq(si + ~steps[-1] - committed),
+                         steps_ge_q.eq(steps[-1] | (steps >= qm1)),
+                         si_lt_q.eq(Mux(steps[-1], si_le_q, si_lt_q1) if committed else Mux(steps[-1], si_lt_q1, si_lt_qm1))]
         squash = Signal()
         issued_last = Signal()
         sent = Signal(3)               # desc, rd_cmd, group transferred in this Issue
@@ -228,8 +230,10 @@ class DescriptorEngine(wiring.Component):
         commit_last = Signal()
         resp_owed = Signal()           # Retire-Both: ADD_PSN's response is still to come
 
-        err = self.err
-        inc = self.inc
+        # error reports and counter increments leave through flip-flops, a clock after the event
+        err = Signal(err_layout)
+        inc = Signal(inc_layout)
+        m.d.sync += [self.err.eq(err), self.inc.eq(inc)]
 
         # the commit path's QP: the draining turn's while it commits one of its packets
         c_qpn = Signal(24)
@@ -258,7 +262,14 @@ class DescriptorEngine(wiring.Component):
         clearing = Signal()
         clear_qpn = Signal(range(max_qps))
         in_dend = Signal()
-        m.d.comb += sched_w.addr.eq(Mux(clearing, clear_qpn, Mux(in_dend, dqpn[:qbits], qpn[:qbits])))
+        # The ready list's and the scheduled bits' writes go out a clock after the FSM decides them
+        # (registered: off the FSM's paths). ``rdy.w_en`` high means an entry is on its way: ``solo``
+        # and ``idle`` count it as in the list.
+        rq_we, rq_wd = Signal(), Signal(24 + 32)
+        sc_we, sc_wd, sc_wa = Signal(), Signal(), Signal(qbits)
+        m.d.comb += sc_wa.eq(Mux(clearing, clear_qpn, Mux(in_dend, dqpn[:qbits], qpn[:qbits])))
+        m.d.sync += [rdy.w_en.eq(rq_we), rdy.w_data.eq(rq_wd),
+                     sched_w.en.eq(sc_we), sched_w.data.eq(sc_wd), sched_w.addr.eq(sc_wa)]
 
         # --- per-packet bookkeeping between issue and commit ----------------------------------------
         info_layout = data.StructLayout({"seg": 13, "psns": 24, "last": 1, "wr_id": 64, "opcode": 8,
@@ -270,6 +281,16 @@ class DescriptorEngine(wiring.Component):
         # --- derived values of the current QP and WQE -----------------------------------------------
         quota = Signal(17, init=1)
         m.d.sync += quota.eq(Mux(self.quota == 0, 1, self.quota))      # a register: off the compares
+        # si < quota as a flip-flop, set with si from compares of the current si (si_lt_q exact against
+        # the quota of a clock before: qd)
+        qd, qm1 = Signal(17, init=1), Signal(17)
+        m.d.sync += [qd.eq(quota), qm1.eq(Mux(self.quota == 0, 1, self.quota) - 1)]
+        si_lt_q = Signal(init=1)
+        si_lt_q1, si_le_q, si_lt_qm1 = si < quota, si <= quota, si < qm1
+        m.d.sync += [si_lt_q.eq(si_lt_q1), Assert(si_lt_q == (si < qd), "engine: si_lt_q\n")]
+        steps_ge_q = Signal()          # steps >= qd, the same way
+        m.d.sync += [steps_ge_q.eq(steps >= quota), Assert(steps_ge_q == (steps >= qd), "engine: steps_ge_q\n")]
+        ci_end = Signal(init=1)        # ctx.sq_ci == ctx.sq_pi, loaded with ctx
         ud = Signal()
         m.d.comb += ud.eq(ctx.service == ServiceType.UD)
         log_mtu = Signal(4)
@@ -289,6 +310,9 @@ class DescriptorEngine(wiring.Component):
         validate = Signal(8)
         w_short = Signal()             # wqe_raw was read short (bytes 40..63 are not this WQE's)
         validate_next = Signal(8)
+        v_bad = Signal()               # validate != 0
+        off0 = Signal()                # offset == 0 a clock ago: Fetched comes two clocks at least after
+        m.d.sync += off0.eq(offset == 0)   # offset changes (Idle, Handoff-Resp, Send-Loop, Turn-End, retires)
         w_next = data.View(wqe_layout, wqe_next)
         ctx_ok = ((ctx.service <= 2) & (ctx.path_mtu >= 1) & (ctx.path_mtu <= self.max_mtu) & (ctx.link_mode <= 4)
                   & (ctx.sgid_index < 16))
@@ -373,26 +397,43 @@ class DescriptorEngine(wiring.Component):
         kpf = self.wqe_prefetch
         next_ci = Signal(16, init=1)   # issue_ci + 1, a register beside it
 
+        # Fetch's lookahead test (la_qpn == qpn, la_ci == issue_ci) as a flip-flop: set with issue_ci,
+        # else from the registers a clock before (la_qpn, la_ci and qpn change clocks before a Fetch)
+        la_here = Signal()
+
         def set_issue_ci(ci):
-            m.d.sync += [issue_ci.eq(ci), next_ci.eq(ci + 1)]
+            m.d.sync += [issue_ci.eq(ci), next_ci.eq(ci + 1), la_here.eq((la_qpn == qpn) & (la_ci == ci))]
         pf_n = Signal(range(kpf + 1))
         pf_ci = Signal(16)
         pf_valid = Signal()
         pf_addr = Signal(64)
+        ring_layout = data.StructLayout({"lo": 15, "hi": 43, "hi1": 43, "mask": 15})
         fetch_ar = Signal()
         fetching = Signal()            # Fetch, Fetch-R, Fetched: the prefetcher waits (wqe is not whole)
 
-        def ring_mask(qp):
-            return (Const(1, 17) << qp.log_sq_size[:4]) - 1
+        # An SQ ring as the slot address needs it, taken apart when a context is loaded: a ring holds
+        # at most 2**15 slots of 64 bytes, so a slot's address is bits 6..20 of the base plus the
+        # index (15 bits, a carry out) and bits 21..63 of the base, or those plus one.
+        def ring_of(qp):
+            """The ring fields of the context ``qp`` (values to register)."""
+            return {"lo": qp.sq_base[6:21], "hi": qp.sq_base[21:], "hi1": (qp.sq_base[21:] + 1)[:43],
+                    "mask": ((Const(1, 17) << qp.log_sq_size[:4]) - 1)[:15]}
 
-        def slot_addr(base, mask, ci):
-            """Host address of slot ``ci`` of the SQ ring at ``base`` (64-byte aligned) whose index mask
-            is ``mask``."""
-            return base + ((ci & mask) << 6)
+        def ring_slot(r, ci):
+            """Host address of slot ``ci`` of the ring ``r`` (a ring_layout value)."""
+            s = Signal(16)
+            m.d.comb += s.eq(r.lo + (ci[:15] & r.mask))
+            return Cat(Const(0, 6), s[:15], Mux(s[15], r.hi1, r.hi))
 
-        def ring_addr(ci, qp=ctx):
-            """Host address of SQ slot ``ci`` of the QP whose context is ``qp``."""
-            return slot_addr(qp.sq_base & ~0x3F, ring_mask(qp), ci)
+        def load_ring(r, qp):
+            return [getattr(r, k).eq(v) for k, v in ring_of(qp).items()]
+        c_ring = Signal(ring_layout, init={"hi1": 1})   # the ring of ctx, loaded with it
+        m.d.sync += Assert(c_ring.as_value() == Cat(*(v for v in ring_of(ctx).values())),
+                           "engine: the registered SQ ring differs from ctx\n")
+
+        def ring_addr(ci):
+            """Host address of SQ slot ``ci`` of the current QP."""
+            return ring_slot(c_ring, ci)
 
         def has_work(qp):
             """The QP of context ``qp`` goes (back) into the ready list: WQEs posted, RTS or ERROR."""
@@ -446,14 +487,14 @@ class DescriptorEngine(wiring.Component):
         la_valid = Signal()
         la_qpn = Signal(24)
         la_ci = Signal(16)
+        m.d.sync += la_here.eq((la_qpn == qpn) & (la_ci == issue_ci))
         la_addr = Signal(64)
         la_want = Signal(range(kpf + 1))
         la_short_next = Signal()
         la_todo = Signal(range(kpf + 1))
         la_cnt = Signal(range(kpf + 1))
         la_next = Signal(16)           # the next WQE index to ask for
-        la_base = Signal(64)
-        la_mask = Signal(16)
+        la_ring = Signal(ring_layout)  # the lookahead's ring, from Peek-Go
         la_held = Signal(range(kpf + 1))   # bursts in flight that belong to the lookahead
         m.d.comb += la_held.eq(Mux(la_valid, la_cnt, 0))
         peeked = Signal()
@@ -470,7 +511,7 @@ class DescriptorEngine(wiring.Component):
             m.d.sync += [pf_valid.eq(1), pf_addr.eq(la_addr), la_valid.eq(1), la_cnt.eq(1), la_todo.eq(la_want - 1),
                          pf_short.eq(la_short_next)]
         with m.If(la_more):
-            m.d.sync += [pf_valid.eq(1), pf_addr.eq(slot_addr(la_base, la_mask, la_next)), la_next.eq(la_next + 1),
+            m.d.sync += [pf_valid.eq(1), pf_addr.eq(ring_slot(la_ring, la_next)), la_next.eq(la_next + 1),
                          la_cnt.eq(la_cnt + 1), la_todo.eq(la_todo - 1), pf_short.eq(la_short)]
 
         # --- the control FSM ---------------------------------------------------------------------------
@@ -527,40 +568,56 @@ class DescriptorEngine(wiring.Component):
                          cq_cmd.opcode.eq(src.opcode if with_wqe else 0)]
 
         # nobody else waits: the turn goes on past its quota (round robin over one QP is that QP, and a
-        # turn boundary would drain the window and read the WQE again)
-        solo = rdy.empty & ~self.doorbell.valid & ~self.cq_doorbell.valid & ~d_active
+        # turn boundary would drain the window and read the WQE again). A flip-flop, a clock late: a
+        # doorbell is seen as if it had come a clock later (doorbells wait for the turn's end anyway);
+        # the engine's own ready-list writes and d_active make it 0 before they could be missed.
+        solo = Signal()
+        m.d.sync += solo.eq(rdy.empty & ~rdy.w_en & ~self.doorbell.valid & ~self.cq_doorbell.valid & ~d_active)
 
-        def room(ahead):
-            """The window and the quota allow one more packet with ``ahead`` more in flight than now."""
-            return (inflight + ahead < window) & ((si + ahead < quota) | solo)
+        # inflight < window, inflight == 0 and d_inflight == 0 as flip-flops, set with the counters
+        win_ok, infl_zero, d_zero = Signal(init=1), Signal(init=1), Signal(init=1)
+        m.d.sync += [Assert(win_ok == (inflight < window), "engine: win_ok\n"),
+                     Assert(infl_zero == (inflight == 0), "engine: infl_zero\n"),
+                     Assert(d_zero == (d_inflight == 0), "engine: d_zero\n")]
 
-        can_issue = ~squash & ~issued_last & room(0)
+        def room():
+            """The window and the quota allow one more packet."""
+            return win_ok & (si_lt_q | solo)
+
+        can_issue = ~squash & ~issued_last & room()
         # The next WQE may start before this one retires only if this one writes no CQE: a CQE can
         # overflow or be dropped, which moves the QP to ERROR before the next WQE (model order).
-        chainable = ~chain_block & ~wqe.flags[0] & (ctx.state == QpState.RTS) & (next_ci != ctx.sq_pi)
+        # The ring compares are flip-flops computed from the clock before: next_ci and pf_ci change
+        # only in Loop, Fetch and Send-Loop (which leave for Fetch or Fetch-R) and with pf_raise (then
+        # pf_valid blocks every user for a clock), ctx.sq_pi only when a turn starts; their users run
+        # while sending and not fetching, two clocks at least after such a change (Asserts below).
+        nci_end, pfci_end = Signal(), Signal()
+        m.d.sync += [nci_end.eq(next_ci == ctx.sq_pi), pfci_end.eq(pf_ci == ctx.sq_pi)]
+        chainable = ~chain_block & ~wqe.flags[0] & (ctx.state == QpState.RTS) & ~nci_end
         # (not onto the next turn's lookahead burst: a chain that needs another read goes through Loop)
-        can_chain = ~squash & issued_last & chainable & room(0) & ~(la_valid & (pf_n == la_cnt))
+        can_chain = ~squash & issued_last & chainable & room() & ~(la_valid & (pf_n == la_cnt))
         # The prefetcher runs ahead of the chain while the current WQE is unsignaled and the quota leaves
         # room for one more WQE (a guess: a prefetched WQE may be signaled, or the chain may stop).
-        pf_depth = Mux(wqe.length < self.deep_below, kpf, 1)
+        w_deep = Signal()              # wqe.length < deep_below, registered with the WQE
+        pf_depth = Mux(w_deep, kpf, 1)
         # the quota's WQEs are all read: each WQE read ahead takes one step at least, and so does the
-        # current WQE's next packet if it has one
+        # current WQE's next packet if it has one. A flip-flop, a clock late: it only steers reading
+        # ahead (a WQE read and not used is dropped and read again), never what is sent.
         quota_read = Signal()
-        m.d.comb += quota_read.eq(si + pf_n + ~issued_last >= quota)
+        m.d.sync += quota_read.eq(si + pf_n + ~issued_last >= quota)
         m.d.comb += pf_raise.eq(sending & ~fetching & ~la_valid & chainable & ~squash & ~pf_valid &
-                                (pf_n < pf_depth) & (pf_ci != ctx.sq_pi) & (~quota_read | solo))
+                                (pf_n < pf_depth) & ~pfci_end & (~quota_read | solo))
 
         # the turn reads no more WQEs: the rest of its quota or of its ring has been read ahead (or is
         # the current WQE), so the next turn's first WQE can be read (Peek) while it issues
         reads_done = (sending & ~squash & ~chain_block & (ctx.state == QpState.RTS) &
-                      (~wqe.flags[0] | (next_ci == ctx.sq_pi)) &
-                      ((pf_ci == ctx.sq_pi) | (quota_read & ~solo)))
+                      (~wqe.flags[0] | nci_end) & (pfci_end | (quota_read & ~solo)))
         # the turn issues nothing more: only its commits (and retires) are left
-        turn_ends = ~squash & ~chain_block & (((si >= quota) & ~solo) | (issued_last & (next_ci == ctx.sq_pi)))
+        turn_ends = ~squash & ~chain_block & ((~si_lt_q & ~solo) | (issued_last & nci_end))
 
         with m.FSM(init="Clear") as fsm:
             with m.State("Clear"):
-                m.d.comb += [clearing.eq(1), sched_w.en.eq(1), sched_w.data.eq(0)]
+                m.d.comb += [clearing.eq(1), sc_we.eq(1), sc_wd.eq(0)]
                 m.d.sync += clear_qpn.eq(clear_qpn + 1)
                 with m.If(clear_qpn == max_qps - 1):
                     m.next = "Idle"
@@ -610,11 +667,14 @@ class DescriptorEngine(wiring.Component):
             cache("DB-Lookup", Op.LOOKUP, 0, db_lookup)
 
             db_status = Signal(8)
+            # DB-Check waits a clock for the ring fill (pi - sq_ci) and the ring size, registered from
+            # the context it has just loaded; DB-Range registers the verdict; DB-Verdict acts on it
+            db_ahead, db_ring = Signal(16), Signal(17)
+            m.d.sync += [db_ahead.eq(pi - ctx.sq_ci), db_ring.eq(Const(1, 17) << ctx.log_sq_size[:4])]
             with m.State("DB-Check"):
-                # the verdict is registered: the ring-fill compare stays off the CQE command's enable
-                ahead = Signal(16)
-                m.d.comb += ahead.eq(pi - ctx.sq_ci)
-                with m.If((ctx.log_sq_size > MAX_LOG_RING) | (ahead > (Const(1, 17) << ctx.log_sq_size[:4]))):
+                m.next = "DB-Range"
+            with m.State("DB-Range"):
+                with m.If((ctx.log_sq_size > MAX_LOG_RING) | (db_ahead > db_ring)):
                     m.d.sync += db_status.eq(CqeStatus.SQ_OVERFLOW)
                 with m.Elif((ctx.state != QpState.RTS) & (ctx.state != QpState.ERROR)):
                     m.d.sync += db_status.eq(CqeStatus.QP_STATE_ERR)
@@ -635,22 +695,27 @@ class DescriptorEngine(wiring.Component):
 
             cache("DB-SetPI", Op.SET_SQ_PI, pi, goto("DB-Schedule"))
 
+            db_queue = Signal()
             with m.State("DB-Schedule"):
-                # sched_r.data is the scheduled bit of qpn (qpn has been stable for many clocks)
-                with m.If((ctx.sq_ci != ctx.sq_pi) & ~sched_r.data):
-                    m.d.comb += [rdy.w_en.eq(1), sched_w.en.eq(1), sched_w.data.eq(1)]
+                # sched_r.data is the scheduled bit of qpn (qpn has been stable for many clocks); the
+                # verdict is registered, DB-Queue acts on it
+                m.d.sync += db_queue.eq((ctx.sq_ci != ctx.sq_pi) & ~sched_r.data)
+                m.next = "DB-Queue"
+            with m.State("DB-Queue"):
+                with m.If(db_queue):
+                    m.d.comb += [rq_we.eq(1), sc_we.eq(1), sc_wd.eq(1)]
                 m.next = "Idle"
 
             # a turn
             def turn_lookup(ok):
                 with m.If(ok):
                     rec = data.View(cached_layout, self.qpc_resp.payload.record)
-                    m.d.sync += [steps.eq(0), si.eq(inflight), turn_flush.eq(rec.state == QpState.ERROR)]
+                    m.d.sync += [steps.eq(0), steps_ge_q.eq(0), si.eq(inflight), si_lt_q.eq(inflight < quota), turn_flush.eq(rec.state == QpState.ERROR)]
                     m.next = "Loop"
                 with m.Else():
                     m.d.comb += bus_err_fsm.eq(1)
                     report(ErrBit.BUS_QPC)
-                    m.d.comb += [sched_w.en.eq(1), sched_w.data.eq(0)]
+                    m.d.comb += [sc_we.eq(1), sc_wd.eq(0)]
                     m.d.sync += la_valid.eq(0)
                     m.next = "Drop"
             cache("Turn", Op.LOOKUP, 0, turn_lookup)
@@ -663,7 +728,7 @@ class DescriptorEngine(wiring.Component):
 
             with m.State("Loop"):
                 m.d.sync += sending.eq(0)
-                with m.If(((steps >= quota) & ~solo) | (ctx.sq_ci == ctx.sq_pi)):
+                with m.If((steps_ge_q & ~solo) | ci_end):
                     with m.If(la_qpn == qpn):
                         m.d.sync += la_valid.eq(0)          # this turn's own lookahead, unused
                     m.next = "Turn-End"
@@ -683,7 +748,8 @@ class DescriptorEngine(wiring.Component):
             with m.State("Fetch"):
                 m.d.comb += fetching.eq(1)
                 m.d.comb += la_hold.eq(1)
-                with m.If(la_valid & (la_qpn == qpn) & (la_ci == issue_ci) & (pf_n == la_cnt) & ~full_read):
+                m.d.sync += Assert(la_here == ((la_qpn == qpn) & (la_ci == issue_ci)), "engine: la_here\n")
+                with m.If(la_valid & la_here & (pf_n == la_cnt) & ~full_read):
                     m.d.sync += [la_valid.eq(0), pf_ci.eq(la_next)]      # the lookahead is this WQE and on
                     m.next = "Fetch-R"
                 with m.Elif(pf_n != 0):
@@ -698,9 +764,11 @@ class DescriptorEngine(wiring.Component):
                 m.d.comb += [fetching.eq(1), next_take.eq(1)]
                 with m.If(next_valid):
                     m.d.sync += [wqe_raw.eq(wqe_next), validate.eq(validate_next), rerr.eq(next_err),
+                                 v_bad.eq(validate_next != 0), w_deep.eq(w_next.length < self.deep_below),
                                  w_short.eq(next_short), full_read.eq(0)]
                     m.next = "Fetched"
             with m.State("Fetched"):
+                m.d.sync += Assert(off0 == (offset == 0), "engine: Fetched's registered offset == 0 differs\n")
                 m.d.comb += fetching.eq(1)
                 m.d.sync += [do_cqe.eq(1), ret.eq(RET_LOOP)]
                 with m.If(w_short & inline & ~rerr & ~flush_mode):
@@ -708,8 +776,8 @@ class DescriptorEngine(wiring.Component):
                     # chained stay; Fetch drops the newer bursts first)
                     m.d.sync += full_read.eq(1)
                     m.next = "Fetch"
-                with m.Elif(Mux(chained, rerr | (validate != 0),
-                              d_active & (rerr | flush_mode | ((offset == 0) & (validate != 0))))):
+                with m.Elif(Mux(chained, rerr | v_bad,
+                              d_active & (rerr | flush_mode | (off0 & v_bad)))):
                     # handled in order after the packets in flight (this turn's, or the draining
                     # turn's, whose CQEs come first): drain, then Loop fetches it again
                     m.d.sync += [chain_block.eq(1), issued_last.eq(1)]
@@ -734,28 +802,28 @@ class DescriptorEngine(wiring.Component):
                     m.d.sync += retire_cnt.eq(2)
                     count_step()
                     m.next = "Complete"
-                with m.Elif((offset == 0) & (validate != 0)):
+                with m.Elif(off0 & v_bad):
                     report(ErrBit.WQE_ERROR, validate)
                     set_cqe(validate)
                     m.d.sync += retire_cnt.eq(1)
                     count_step()
                     m.next = "Fail-SetError"
                 with m.Else():
-                    m.d.sync += [issue_off.eq(offset), issue_psn.eq(ctx.next_psn), si.eq(steps),
+                    m.d.sync += [issue_off.eq(offset), issue_psn.eq(ctx.next_psn), si.eq(steps), si_lt_q.eq(steps < quota),
                                  squash.eq(0), issued_last.eq(0), sent.eq(0), sending.eq(1)]
                     m.d.sync += Assert(inflight == d_inflight, "engine: a turn's first WQE with its own packets in flight\n")
                     m.next = "Send-Loop"
 
             with m.State("Send-Loop"):
-                m.d.sync += cd.eq((d_inflight != 0) & info.r_rdy & self.status.valid)
-                with m.If(d_active & (d_inflight == 0)):
+                m.d.sync += cd.eq(~d_zero & info.r_rdy & self.status.valid)
+                with m.If(d_active & d_zero):
                     m.next = "D-End"
                 with m.Elif(info.r_rdy & self.status.valid):
                     m.next = "Commit"
                 with m.Elif(can_issue):
                     m.next = "Issue"
                 with m.Elif(~peeked & rdy.r_rdy & ~pf_valid & (pf_n < kpf) &
-                            (reads_done | (turn_ends & (inflight != 0) & (pf_n == 0)))):
+                            (reads_done | (turn_ends & ~infl_zero & (pf_n == 0)))):
                     m.d.sync += [peeked.eq(1), la_qpn.eq(rdy.r_data[:24])]
                     m.next = "Peek"
                 with m.Elif(can_chain):
@@ -771,7 +839,7 @@ class DescriptorEngine(wiring.Component):
                 with m.Elif(turn_ends & la_rts & la_valid & (pf_n == la_cnt) & ~d_active & self.enable & rdy.r_rdy &
                             ~self.doorbell.valid & ~self.cq_doorbell.valid):
                     m.next = "Handoff"
-                with m.Elif(inflight == 0):
+                with m.Elif(infl_zero):
                     with m.If(squash | issued_last):
                         m.next = "Loop"
                     with m.Else():
@@ -785,7 +853,8 @@ class DescriptorEngine(wiring.Component):
                 m.d.sync += sent.eq(now)
                 with m.If(now.all()):
                     m.d.comb += info.w_en.eq(1)
-                    m.d.sync += [sent.eq(0), inflight.eq(inflight + 1), si.eq(si + 1), issue_off.eq(issue_off + seg),
+                    m.d.sync += [infl_zero.eq(0), win_ok.eq(inflight != window - 1)]
+                    m.d.sync += [sent.eq(0), inflight.eq(inflight + 1), si.eq(si + 1), si_lt_q.eq(si_lt_qm1), issue_off.eq(issue_off + seg),
                                  issue_psn.eq(issue_psn + psns), issued_last.eq(last)]
                     m.next = "Send-Loop"
 
@@ -804,28 +873,46 @@ class DescriptorEngine(wiring.Component):
             la_rec = Signal(data.StructLayout({"state": QpState, "sq_ci": 16, "sq_pi": 16, "service": 8,
                                                     "log_sq_size": 8, "sq_base": 64}))
             la_ok = Signal()
+            la_rec_ring = Signal(ring_layout)
             with m.State("Peek-Resp"):
                 rec = data.View(cached_layout, self.qpc_resp.payload.record)
                 m.d.comb += fetching.eq(1)
                 with m.If(self.qpc_resp.valid):
                     m.d.sync += [la_ok.eq(self.qpc_resp.payload.status == Status.OK),
-                                 [getattr(la_rec, f).eq(getattr(rec, f)) for f in la_rec.shape().members]]
-                    m.next = "Peek-Go"
+                                 [getattr(la_rec, f).eq(getattr(rec, f)) for f in la_rec.shape().members],
+                                 load_ring(la_rec_ring, rec)]
+                    m.next = "Peek-Want"
+            # Peek-Want registers what Peek-Go needs of la_rec: the first burst's address, whether the
+            # QP has work, and the WQEs it has posted capped by the quota
+            la_aq = Signal(16)
+            la_go = Signal()
+            la_addr_r = Signal(64)
+            with m.State("Peek-Want"):
+                rec = la_rec
+                avail = Signal(16)
+                m.d.comb += [fetching.eq(1), avail.eq(rec.sq_pi - rec.sq_ci)]
+                m.d.sync += [la_aq.eq(Mux(avail < quota, avail, quota)), la_go.eq(la_ok & has_work(rec)),
+                             la_addr_r.eq(ring_slot(la_rec_ring, rec.sq_ci)),
+                             la_rts.eq(la_ok & (rec.state == QpState.RTS) & (rec.sq_ci != rec.sq_pi))]
+                m.next = "Peek-Go"
             with m.State("Peek-Go"):
                 rec = la_rec
                 # as many as the queue has room for (pf_n < kpf here), the QP has posted and the quota uses
-                avail, room_ = Signal(16), Signal(range(kpf + 1))
-                m.d.comb += [fetching.eq(1), la_addr.eq(ring_addr(rec.sq_ci, rec)), avail.eq(rec.sq_pi - rec.sq_ci),
+                room_ = Signal(range(kpf + 1))
+                m.d.comb += [fetching.eq(1), la_addr.eq(la_addr_r),
                              la_short_next.eq(rec.service != ServiceType.UD),
                              room_.eq(kpf - pf_n),
-                             la_want.eq(Mux((avail < room_) & (avail < quota), avail, Mux(quota < room_, quota, room_)))]
-                with m.If(la_ok & has_work(rec)):
-                    m.d.comb += la_raise.eq(1)
-                    m.d.sync += [la_ci.eq(rec.sq_ci), la_next.eq(rec.sq_ci + 1), la_base.eq(rec.sq_base & ~0x3F),
-                                 la_short.eq(la_short_next),
-                                 la_mask.eq(ring_mask(rec))]
-                m.d.sync += la_rts.eq(la_ok & (rec.state == QpState.RTS) & (rec.sq_ci != rec.sq_pi))
-                m.next = "Send-Loop"
+                             la_want.eq(Mux(la_aq < room_, la_aq, room_))]
+                # (a prefetch raised in the clock that chose Peek may still hold the AR register, or
+                # have taken the queue's last place: wait for the one, skip the lookahead for the other)
+                with m.If(la_go & pf_valid):
+                    pass
+                with m.Else():
+                    with m.If(la_go & (pf_n != kpf)):
+                        m.d.comb += la_raise.eq(1)
+                        m.d.sync += [la_ci.eq(rec.sq_ci), la_next.eq(rec.sq_ci + 1), la_ring.eq(la_rec_ring),
+                                     la_short.eq(la_short_next)]
+                    m.next = "Send-Loop"
 
             # Handoff: the next turn starts on the ready list's head while this one drains beside it
             # (D-End re-queues it). Only onto a QP in RTS (a flush's CQEs would pass this turn's), and
@@ -842,10 +929,10 @@ class DescriptorEngine(wiring.Component):
                                        "engine: Handoff onto a QP that is not the ready list's head\n")
                     with m.If(ho_start):
                         m.d.comb += rdy.r_en.eq(1)
-                        m.d.sync += [d_active.eq(1), d_inflight.eq(inflight), dqpn.eq(qpn), dsquash.eq(0),
+                        m.d.sync += [d_active.eq(1), d_inflight.eq(inflight), d_zero.eq(infl_zero), dqpn.eq(qpn), dsquash.eq(0),
                                      dctx.state.eq(ctx.state), dctx.sq_ci.eq(ctx.sq_ci), dctx.sq_pi.eq(ctx.sq_pi),
                                      dctx.cqn.eq(ctx.cqn), doffset.eq(Mux(issued_last, 0, issue_off)),
-                                     qpn.eq(la_qpn), offset.eq(rdy.r_data[24:]), steps.eq(0), si.eq(0),
+                                     qpn.eq(la_qpn), offset.eq(rdy.r_data[24:]), steps.eq(0), steps_ge_q.eq(0), si.eq(0), si_lt_q.eq(1),
                                      peeked.eq(0), turn_flush.eq(0)]
                         m.next = "Loop"
                     with m.Else():
@@ -862,11 +949,11 @@ class DescriptorEngine(wiring.Component):
             with m.State("Commit"):
                 # cd: the packet is the draining turn's (its steps were counted in its own turn)
                 m.d.comb += [info.r_en.eq(1), self.status.ready.eq(1)]
-                m.d.sync += inflight.eq(inflight - 1)
+                m.d.sync += [inflight.eq(inflight - 1), infl_zero.eq(inflight == 1), win_ok.eq(1)]
                 with m.If(cd):
-                    m.d.sync += d_inflight.eq(d_inflight - 1)
+                    m.d.sync += [d_inflight.eq(d_inflight - 1), d_zero.eq(d_inflight == 1)]
                 with m.Else():
-                    m.d.sync += si.eq(si - 1)
+                    m.d.sync += [si.eq(si - 1), si_lt_q.eq(si_le_q)]
                 with m.If(Mux(cd, dsquash, squash)):
                     m.next = "Send-Loop"
                 with m.Elif(self.status.payload.error):
@@ -972,9 +1059,9 @@ class DescriptorEngine(wiring.Component):
             with m.State("D-End"):
                 m.d.comb += in_dend.eq(1)
                 with m.If(dctx_work):
-                    m.d.comb += rdy.w_en.eq(1)
+                    m.d.comb += rq_we.eq(1)
                 with m.Else():
-                    m.d.comb += [sched_w.en.eq(1), sched_w.data.eq(0)]
+                    m.d.comb += [sc_we.eq(1), sc_wd.eq(0)]
                 m.d.sync += [d_active.eq(0), dsquash.eq(0)]
                 m.next = "Send-Loop"
 
@@ -984,9 +1071,9 @@ class DescriptorEngine(wiring.Component):
                 with m.If(pf_n > la_held):
                     m.d.comb += next_take.eq(1)               # only the lookahead may stay between turns
                 with m.Elif(ctx_work):
-                    m.d.comb += rdy.w_en.eq(1)
+                    m.d.comb += rq_we.eq(1)
                 with m.Else():
-                    m.d.comb += [sched_w.en.eq(1), sched_w.data.eq(0)]
+                    m.d.comb += [sc_we.eq(1), sc_wd.eq(0)]
                     m.d.sync += offset.eq(0)
                 with m.If(pf_n <= la_held):
                     m.next = "Idle"
@@ -999,12 +1086,18 @@ class DescriptorEngine(wiring.Component):
         # it starts the new turn (ho_start, on which Handoff-Resp pops the ready list)
         rec = data.View(cached_layout, self.qpc_resp.payload.record)
         with m.If(ho_start & resp_ho):
-            m.d.sync += ctx.eq(rec)
+            m.d.sync += [ctx.eq(rec), ci_end.eq(rec.sq_ci == rec.sq_pi)] + load_ring(c_ring, rec)
         with m.Elif(resp_ok & ~resp_la & cd):
             m.d.sync += [dctx.state.eq(rec.state), dctx.sq_ci.eq(rec.sq_ci), dctx.sq_pi.eq(rec.sq_pi),
                          dctx.cqn.eq(rec.cqn)]
         with m.Elif(resp_ok & ~resp_la):
-            m.d.sync += ctx.eq(rec)
+            m.d.sync += [ctx.eq(rec), ci_end.eq(rec.sq_ci == rec.sq_pi)] + load_ring(c_ring, rec)
+        # (Loop: a Handoff has just loaded the new turn's ctx; pf_raise waits there for la_valid)
+        uses_ring = sending & ~fetching & ~fsm.ongoing("Loop")
+        m.d.sync += [Assert(~uses_ring | (nci_end == (next_ci == ctx.sq_pi)), "engine: registered next_ci == sq_pi differs\n"),
+                     Assert(~uses_ring | pf_valid | (pfci_end == (pf_ci == ctx.sq_pi)),
+                            "engine: registered pf_ci == sq_pi differs\n")]
+        m.d.sync += Assert(ci_end == (ctx.sq_ci == ctx.sq_pi), "engine: ci_end\n")
         la_resp_states = ("Peek-Resp", "Handoff-Resp")
         m.d.sync += Assert(~self.qpc_resp.valid | (resp_la == Cat(*(fsm.ongoing(s) for s in la_resp_states)).any()),
                            "engine: a lookahead response outside Peek-Resp / Handoff-Resp, or the reverse\n")
@@ -1014,8 +1107,8 @@ class DescriptorEngine(wiring.Component):
         # The ready list's write data by state alone (its enable carries the conditions), and
         # has_work() of ctx / dctx a clock old: Turn-End and D-End are entered from Loop and
         # Send-Loop, which take no cache response, so neither context changed on the way in.
-        m.d.comb += rdy.w_data.eq(Mux(in_dend, Cat(dqpn, doffset),
-                                      Cat(qpn, Mux(fsm.ongoing("DB-Schedule"), 0, offset))))
+        m.d.comb += rq_wd.eq(Mux(in_dend, Cat(dqpn, doffset),
+                                      Cat(qpn, Mux(fsm.ongoing("DB-Queue"), 0, offset))))
         m.d.sync += [ctx_work.eq(has_work(ctx)), dctx_work.eq(has_work(dctx))]
         m.d.sync += Assert((ctx_work == has_work(ctx)) | ~fsm.ongoing("Turn-End"),
                            "engine: Turn-End's registered has_work differs\n")
@@ -1025,7 +1118,7 @@ class DescriptorEngine(wiring.Component):
         check_credit(m, info, "engine: in-flight packets (the window)", read=True)
 
         # rdy.empty, not r_rdy: an entry written in Turn-End reaches r_rdy clocks later
-        m.d.comb += self.idle.eq(fsm.ongoing("Idle") & rdy.empty & ~self.doorbell.valid &
+        m.d.comb += self.idle.eq(fsm.ongoing("Idle") & rdy.empty & ~rdy.w_en & ~self.doorbell.valid &
                                  ~self.cq_doorbell.valid & (pf_n == 0))
         return m
 
