@@ -262,6 +262,9 @@ class QpCache(wiring.Component):
         s2_valid = Signal()
         s2_from_fill = Signal()
         s2_fwd = Signal()            # s2's record comes from fwd_rec, not from the read port
+        # copies of s2_fwd, each selecting a quarter of the record; they differ from it (so that
+        # synthesis keeps them apart) only while s2 is empty
+        s2_fwd_c = [Signal(name=f"s2_fwd{c}") for c in range(4)]
         fwd_rec = Signal(CACHED_BITS)  # last record written (or the fill): forwarding source
         s2_status = Signal(Status)
         s2_req = Signal(request_layout(cfg))
@@ -295,7 +298,10 @@ class QpCache(wiring.Component):
         we_busy = Signal()
         we_src_ctrl = Signal()
         we_beats_left = Signal(range(_BEATS + 1))
-        we_beat = Signal(range(_BEATS))
+        # the beat number and the data source in four copies, each selecting a quarter of wdata;
+        # they differ only while the write engine is idle (so that synthesis keeps them apart)
+        we_beat_c = [Signal(range(_BEATS), name=f"we_beat{c}") for c in range(4)]
+        we_src_c = [Signal(name=f"we_src_ctrl{c}") for c in range(4)]
         we_b_seen = Signal()
         we_done = Signal()           # pulse: B received
         we_err = Signal()            # valid with we_done
@@ -305,6 +311,7 @@ class QpCache(wiring.Component):
         ctrl_block = Signal()        # stop accepting requests
         ctrl_rd = Signal()           # control reads entry c_idx this cycle
         c_idx = Signal(idx_bits)     # entry being written back by control
+        c_own = Signal()             # the control FSM has set c_idx (until its acknowledgement)
 
         def compare(qpn, name, port):
             """Hit and entry index of ``qpn``: ways compared in parallel (one-hot), OR-encoded."""
@@ -337,11 +344,12 @@ class QpCache(wiring.Component):
                              [vec[w] for w in range(W) if w >> b & 1]) for b in range(way_bits)])
             return hit, entry(set_, way if way_bits else Const(0, 0))
 
-        # The entry being written back: the MSHR's victim while a miss is outstanding, else the
-        # control FSM's entry (control runs only with the MSHR idle). Its tag is registered a clock
-        # after wb_idx is set and its record's address a clock after that (the write-backs start
-        # three clocks after wb_idx is set): the tag read and the 57-bit adder stay off the AW path.
-        wb_idx = Mux(mshr_busy, mshr_idx, c_idx)
+        # The entry being written back, a register: the MSHR's victim while a miss is outstanding
+        # (it loads s1's victim with mshr_idx), the control FSM's entry while it owns one (control
+        # runs only with the MSHR idle). Its tag is registered a clock after wb_idx is set and its
+        # record's address a clock after that (the write-backs start three clocks after wb_idx is
+        # set): the tag read and the 57-bit adder stay off the AW path.
+        wb_idx = Signal(idx_bits)
         m.d.comb += tag_rp[2].addr.eq(wb_idx[way_bits:] if set_bits else 0)
         wb_hi = Array(lane(tag_rp[2], w) for w in range(W))[wb_idx[:way_bits] if way_bits else 0]
         wb_tag = Signal(QPN_WIDTH)
@@ -476,16 +484,20 @@ class QpCache(wiring.Component):
         mshr_set = mshr_idx[way_bits:] if set_bits else Const(0, 1)
         mshr_way = mshr_idx[:way_bits] if way_bits else Const(0, 1)
         s1_upd = s1_req.op != Op.LOOKUP
+        s2v_next = mshr_load | (s1_advance & ~s1_miss)
+        fwd_next = mshr_load | (s2_writes & (s2_idx == s1_idx_r))
         with m.If(s2_free):
             m.d.sync += [
-                s2_valid.eq(mshr_load | (s1_advance & ~s1_miss)),
+                s2_valid.eq(s2v_next),
                 s2_req.eq(Mux(mshr_load, mshr_req, s1_req)),
                 s2_from_fill.eq(mshr_load),
                 s2_status.eq(Mux(mshr_load, Mux(mshr_err, Status.BUS_ERROR, Status.OK),
                                  Mux(s1_bad_r, Status.BAD_QPN, Status.OK))),
                 s2_idx.eq(Mux(mshr_load, mshr_idx, s1_idx_r)),
                 # the read port does not see a write at the same edge: forward it
-                s2_fwd.eq(mshr_load | (s2_writes & (s2_idx == s1_idx_r))),
+                s2_fwd.eq(fwd_next),
+                *(s2_fwd_c[c].eq(v) for c, v in enumerate((fwd_next, fwd_next | ~s2v_next, fwd_next & s2v_next,
+                                                           fwd_next ^ ~s2v_next))),
                 s2_wr.eq(Mux(mshr_load, ~mshr_err, ~s1_bad_r & s1_upd)),
                 s2_upd.eq(Mux(mshr_load, ~mshr_err & (mshr_req.op != Op.LOOKUP), ~s1_bad_r & s1_upd)),
             ]
@@ -506,6 +518,13 @@ class QpCache(wiring.Component):
                 mshr_captured.eq(0), mshr_wb_need.eq(0), mshr_wb_done.eq(0), mshr_r_done.eq(0),
                 mshr_err.eq(0), mshr_wb_err.eq(0),
             ]
+        with m.If(~mshr_busy & ~c_own):
+            m.d.sync += wb_idx.eq(victim_idx)
+        m.d.sync += [
+            Assert(~mshr_busy | (wb_idx == mshr_idx), "qp_cache: wb_idx (MSHR)\n"),
+            Assert(~c_own | (wb_idx == c_idx), "qp_cache: wb_idx (control)\n"),
+            Assert(~(mshr_busy & c_own), "qp_cache: MSHR and control own wb_idx\n"),
+        ]
         m.d.sync += mshr_rd.eq(alloc)
         with m.If(alloc):
             m.d.sync += [mshr_busy.eq(1), axi.arvalid.eq(1)]
@@ -514,7 +533,10 @@ class QpCache(wiring.Component):
                 m.d.sync += valid[i].eq(0)
 
         # ===== s2: update, write, respond ====================================================
-        s2_data = Mux(s2_fwd, fwd_rec, rp.data)
+        quarter = -(-CACHED_BITS // 4)
+        s2_data = Cat(*(Mux(s2_fwd_c[c], fwd_rec[c * quarter:(c + 1) * quarter], rp.data[c * quarter:(c + 1) * quarter])
+                        for c in range(4)))
+        m.d.sync += Assert(~s2_valid | (Cat(*s2_fwd_c) == s2_fwd.replicate(4)), "qp_cache: s2_fwd copies\n")
         rec = Signal(cached_layout)
         m.d.comb += rec.eq(s2_data)
         arg = s2_req.arg
@@ -624,44 +646,57 @@ class QpCache(wiring.Component):
         m.d.sync += ev["evictions"].eq(mshr_load & ~mshr_err & mshr_victim_valid)
 
         # ===== write engine ====================================================================
-        beats = Array(self.ctrl.payload.record.as_value()[64 * i:64 * (i + 1)] for i in range(_BEATS))
-        wb_beats = Array(wb_buf[64 * i:64 * (i + 1)] for i in range(_WB_BEATS))
+        def wd_part(c):
+            lo, hi = 16 * c, 16 * (c + 1)
+            beats = Array(self.ctrl.payload.record.as_value()[64 * i + lo:64 * i + hi] for i in range(_BEATS))
+            wb_beats = Array(wb_buf[64 * i + lo:64 * i + hi] for i in range(_WB_BEATS))
+            return Mux(we_src_c[c], beats[we_beat_c[c]], wb_beats[we_beat_c[c][:1]])
         m.d.comb += [
             axi.awsize.eq(3), axi.awburst.eq(1), axi.awid.eq(0),
-            axi.wdata.eq(Mux(we_src_ctrl, beats[we_beat], wb_beats[we_beat[:1]])),
+            axi.wdata.eq(Cat(*(wd_part(c) for c in range(4)))),
             axi.wstrb.eq(0xFF),
             axi.wlast.eq(we_beats_left == 1),
             axi.wvalid.eq(we_busy & (we_beats_left != 0)),
             axi.bready.eq(we_busy & ~we_b_seen),
         ]
+        with m.If(~we_busy):
+            m.d.sync += [*(we_beat_c[c].eq(c) for c in range(4)), *(we_src_c[c].eq(c & 1) for c in range(4))]
+        m.d.sync += Assert(~we_busy | ((Cat(*we_beat_c) == we_beat_c[0].replicate(4)) &
+                                       (Cat(*we_src_c) == we_src_ctrl.replicate(4))), "qp_cache: we_beat copies\n")
         with m.If(we_start):
             m.d.sync += [
                 we_busy.eq(1), we_src_ctrl.eq(we_from_ctrl), we_beats_left.eq(we_start_len + 1),
-                we_beat.eq(0), we_b_seen.eq(0),
+                *(we_beat_c[c].eq(0) for c in range(4)), *(we_src_c[c].eq(we_from_ctrl) for c in range(4)),
+                we_b_seen.eq(0),
                 axi.awaddr.eq(we_start_addr), axi.awlen.eq(we_start_len), axi.awvalid.eq(1),
             ]
         with m.If(axi.awvalid & axi.awready):
             m.d.sync += axi.awvalid.eq(0)
         with m.If(axi.wvalid & axi.wready):
-            m.d.sync += [we_beats_left.eq(we_beats_left - 1), we_beat.eq(we_beat + 1)]
+            m.d.sync += [we_beats_left.eq(we_beats_left - 1), *(b.eq(b + 1) for b in we_beat_c)]
         with m.If(axi.bvalid & axi.bready):
             m.d.sync += [we_busy.eq(0), we_b_seen.eq(1)]
             m.d.comb += [we_done.eq(1), we_err.eq(axi.bresp != 0)]
 
         # ===== control FSM ======================================================================
-        # The control port's QPN has a compare of its own, registered every clock; the FSM uses it
-        # once the cache has been drained since the clock before (nothing changed since the compare).
+        # The control port's QPN is registered (cq) and has a compare of its own, registered every
+        # clock; the FSM uses it once it has waited in Drain a clock (cq holds the payload) and the
+        # cache has been drained since the clock before (nothing changed since the compare).
         c_op = self.ctrl.payload.op
         c_status = Signal(Status)
         c_cnt = Signal(range(E + 1))     # flush position
         c_hit, c_bad, c_dirty = Signal(), Signal(), Signal()
         c_vd = Signal()                  # flush: entry c_idx is valid and dirty
+        c_vds = Signal(E)                # flush: valid & dirty of entries c_cnt.., shifted as it scans
+        cq = Signal(QPN_WIDTH)
+        c_waited = Signal()              # the FSM was in Drain the clock before
         cc_hit, cc_idx, cc_bad = Signal(), Signal(idx_bits), Signal()
-        c_cmp_hit, c_cmp_idx = compare(self.ctrl.payload.qpn, "c_hit", tag_rp[3])
+        c_cmp_hit, c_cmp_idx = compare(cq, "c_hit", tag_rp[3])
         drained = ~s1_valid & ~s2_valid & ~mshr_busy & ~we_busy
         drained_d = Signal()
         m.d.sync += [
-            cc_hit.eq(c_cmp_hit), cc_idx.eq(c_cmp_idx), cc_bad.eq(self.ctrl.payload.qpn >= self.table_size),
+            cq.eq(self.ctrl.payload.qpn),
+            cc_hit.eq(c_cmp_hit), cc_idx.eq(c_cmp_idx), cc_bad.eq(cq >= self.table_size),
             drained_d.eq(drained),
         ]
         wb_ev = Signal()
@@ -678,8 +713,10 @@ class QpCache(wiring.Component):
                     m.next = "Drain"
             with m.State("Drain"):
                 m.d.comb += ctrl_block.eq(1)
-                with m.If(drained_d):
+                m.d.sync += c_waited.eq(1)
+                with m.If(drained_d & c_waited):
                     m.d.sync += [c_hit.eq(cc_hit), c_bad.eq(cc_bad), c_idx.eq(cc_idx), c_dirty.eq(dirty_a[cc_idx]),
+                                 wb_idx.eq(cc_idx), c_own.eq(1), c_waited.eq(0),
                                  Assert(drained, "qp_cache: drained\n")]
                     m.next = "Decide"
             with m.State("Decide"):
@@ -704,15 +741,19 @@ class QpCache(wiring.Component):
                             m.d.sync += valid_a[c_idx].eq(0)
                         m.next = "Ack"
                 with m.Else():
+                    m.d.sync += c_vds.eq(Cat(*valid) & Cat(*dirty))
                     m.next = "Flush-Scan"
             with m.State("Flush-Scan"):
+                # entries are changed only once scanned: c_vds, taken in Decide, holds for the rest
                 m.d.comb += ctrl_block.eq(1)
                 with m.If(c_cnt == E):
                     m.next = "Ack"
                 with m.Else():
                     m.d.sync += [
-                        c_idx.eq(c_cnt), c_cnt.eq(c_cnt + 1),
-                        c_vd.eq(valid_a[c_cnt[:idx_bits]] & dirty_a[c_cnt[:idx_bits]]),
+                        c_idx.eq(c_cnt), wb_idx.eq(c_cnt), c_cnt.eq(c_cnt + 1),
+                        c_vd.eq(c_vds[0]), c_vds.eq(c_vds >> 1),
+                        Assert(c_vds[0] == (valid_a[c_cnt[:idx_bits]] & dirty_a[c_cnt[:idx_bits]]),
+                               "qp_cache: c_vds\n"),
                     ]
                     m.next = "Flush-Entry"
             with m.State("Flush-Entry"):
@@ -754,6 +795,7 @@ class QpCache(wiring.Component):
                 m.d.comb += [ctrl_block.eq(1), self.ack.valid.eq(1), self.ack.payload.status.eq(c_status)]
                 with m.If(self.ack.ready):
                     m.d.comb += [self.ctrl.ready.eq(1), ctrl_err.eq(c_status != Status.OK)]
+                    m.d.sync += c_own.eq(0)
                     m.next = "Idle"
 
         return m
