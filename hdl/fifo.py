@@ -14,13 +14,16 @@ logic, because this queue never reads the entry it writes in the same clock (a w
 entry, a read a full one).
 
 That RAM's read data leaves it 5.8 ns after the clock (ECP5, speed grade 6, yosys' mapping leaves the
-RAM's output register off), most of a 6.4 ns clock. So on an ECP5 (or with ``outreg=True``)
+RAM's output register off), most of a 6.4 ns clock. With ``outreg`` (``True``, or ``None``: on an ECP5 only)
 :class:`BlockFIFO` reads its storage through the RAM's own output register
 (:func:`rnic.hdl.prim.outreg_ram`): the RAM's read stage and output register are a two-entry
 pipeline that holds the next entries ahead of ``r_data``, refilled as ``r_data`` takes them, and the
 two entries written last are kept in flip-flops as well, for an entry taken within two clocks of
 its write, before the pipeline can have it. The ports and their timing stay the same; the cost is
-two flip-flops and about one LUT4 per bit.
+two flip-flops and about one LUT4 per bit. It is off by default: ``tests/test_fifo_ecp5.py``
+simulates it against a ``DP16KD`` model written for it (yosys has only a blackbox), and the
+512 x 36 mode's read data on port A's pins, with port A's output register enabled by port B's
+clock enables, has not yet been checked on a board.
 """
 
 from amaranth import Cat, Const, Module, Mux, Signal
@@ -57,11 +60,11 @@ class BlockFIFO(SyncFIFOBuffered):
 
     ``empty`` (not a port) is ``level == 0`` without the adders of ``level``.
 
-    ``outreg`` (default: on an ECP5 only) reads the block RAM through its output register (module
-    docstring), for ``depth`` >= 4; the ports behave the same.
+    ``outreg`` (``True``; ``None``: on an ECP5 only; default off) reads the block RAM through its
+    output register (module docstring), for ``depth`` >= 4; the ports behave the same.
     """
 
-    def __init__(self, *, width, depth, fabric_out=False, outreg=None):
+    def __init__(self, *, width, depth, fabric_out=False, outreg=False):
         if fabric_out and depth < 3:
             raise ValueError(f"fabric_out needs depth >= 3, not {depth!r}")
         self._fabric_out = fabric_out

@@ -1,11 +1,12 @@
 """BlockFIFO's ECP5 form (block RAM read through its output register) against its plain form.
 
-On an ECP5 BlockFIFO reads its storage through ``DP16KD`` instances with ``REGMODE_B = "OUTREG"``
-(rnic.hdl.prim.outreg_ram), which the cocotb tests of the blocks never simulate. Here:
+With ``outreg`` (off by default; ``None``: on an ECP5 only) BlockFIFO reads its storage through
+``DP16KD`` instances with ``REGMODE_B = "OUTREG"`` (rnic.hdl.prim.outreg_ram), which the cocotb
+tests of the blocks never simulate. Here:
 
 - in Amaranth's simulator, ``outreg=True`` (the same logic, with outreg_ram's Amaranth model of the
   RAM) against ``SyncFIFOBuffered``, for several depths;
-- in Verilator, the design elaborated for an ECP5 (the DP16KD instances themselves, with
+- in Verilator, the design elaborated for an ECP5 with ``outreg=None`` (the DP16KD instances themselves, with
   tests/dp16kd_sim.v as the RAM's model, as yosys ships DP16KD as a blackbox, and yosys' LUT4
   model for rnic.hdl.prim.lut4) beside the plain
   form, fed the same random writes and reads: w_rdy, r_rdy, level, empty and r_data (while r_rdy)
