@@ -12,6 +12,18 @@ register, one clock more latency than ``SyncFIFO``). Its storage is marked
 a register, which yosys merges into the RAM; ``no_rw_check`` then lets it drop the read-first
 logic, because this queue never reads the entry it writes in the same clock (a write needs a free
 entry, a read a full one).
+
+That RAM's read data leaves it 5.8 ns after the clock (ECP5, speed grade 6, yosys' mapping leaves the
+RAM's output register off), most of a 6.4 ns clock. With ``outreg`` (``True``, or ``None``: on an ECP5 only)
+:class:`BlockFIFO` reads its storage through the RAM's own output register
+(:func:`rnic.hdl.prim.outreg_ram`): the RAM's read stage and output register are a two-entry
+pipeline that holds the next entries ahead of ``r_data``, refilled as ``r_data`` takes them, and the
+two entries written last are kept in flip-flops as well, for an entry taken within two clocks of
+its write, before the pipeline can have it. The ports and their timing stay the same; the cost is
+two flip-flops and about one LUT4 per bit. It is off by default: ``tests/test_fifo_ecp5.py``
+simulates it against a ``DP16KD`` model written for it (yosys has only a blackbox), and the
+512 x 36 mode's read data on port A's pins, with port A's output register enabled by port B's
+clock enables, has not yet been checked on a board.
 """
 
 from amaranth import Cat, Const, Module, Mux, Signal
@@ -20,7 +32,7 @@ from amaranth.lib import wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.memory import Memory
 
-from rnic.hdl.prim import lut4
+from rnic.hdl.prim import lut4, outreg_ram
 
 __all__ = ["BlockFIFO", "CreditFIFO", "check_credit"]
 
@@ -39,25 +51,32 @@ def check_credit(m, fifo, what, *, write=True, read=False):
 class BlockFIFO(SyncFIFOBuffered):
     """``SyncFIFOBuffered(width=, depth=)`` with its ``depth - 1`` entries of storage in block RAM.
 
-    ``fabric_out=True`` (``depth`` >= 3) adds an output register in the fabric behind the RAM's own
-    (``depth - 2`` entries in block RAM): ``r_data`` then comes from a flip-flop, not from the RAM's
-    5.6 ns clock-to-output (ECP5, speed grade 6), at the cost of one clock more from ``w_en`` to
-    ``r_rdy``. The ports behave as ``SyncFIFOBuffered``'s otherwise (``level`` counts every entry).
+    ``fabric_out=True`` (``depth`` >= 3) adds an output register in the fabric behind the queue's own
+    (``depth - 2`` entries in block RAM), at the cost of one clock more from ``w_en`` to ``r_rdy``:
+    where the queue's own is the RAM's read stage (yosys' mapping), ``r_data`` then comes from a
+    flip-flop, not from the RAM's 5.8 ns clock-to-output (ECP5, speed grade 6); with ``outreg`` (an
+    ECP5) ``r_data`` is a fabric flip-flop in both forms. The ports behave as
+    ``SyncFIFOBuffered``'s otherwise (``level`` counts every entry).
 
     ``empty`` (not a port) is ``level == 0`` without the adders of ``level``.
+
+    ``outreg`` (``True``; ``None``: on an ECP5 only; default off) reads the block RAM through its
+    output register (module docstring), for ``depth`` >= 4; the ports behave the same.
     """
 
-    def __init__(self, *, width, depth, fabric_out=False):
+    def __init__(self, *, width, depth, fabric_out=False, outreg=False):
         if fabric_out and depth < 3:
             raise ValueError(f"fabric_out needs depth >= 3, not {depth!r}")
         self._fabric_out = fabric_out
+        self._outreg = outreg
         super().__init__(width=width, depth=depth)
         self.empty = Signal()
 
     def elaborate(self, platform):
         if self._fabric_out:
             m = Module()
-            m.submodules.ram = ram = BlockFIFO(width=self.width, depth=self.depth - 1)
+            m.submodules.ram = ram = BlockFIFO(width=self.width, depth=self.depth - 1,
+                                               outreg=self._outreg)
             out = Signal(self.width, reset_less=True)
             m.d.comb += [
                 ram.w_en.eq(self.w_en), ram.w_data.eq(self.w_data), self.w_rdy.eq(ram.w_rdy),
@@ -77,6 +96,11 @@ class BlockFIFO(SyncFIFOBuffered):
             m = super().elaborate(platform)
             m.d.comb += self.empty.eq(self.level == 0)
             return m
+        outreg = self._outreg
+        if outreg is None:
+            outreg = getattr(platform, "family", None) == "ecp5"
+        if outreg and self.depth >= 4:
+            return self._elaborate_outreg(platform)
         m = Module()
         inner_depth = self.depth - 1
         inner_level = Signal(range(inner_depth + 1))
@@ -112,6 +136,86 @@ class BlockFIFO(SyncFIFOBuffered):
             m.d.sync += inner_level.eq(inner_level + 1)
         with m.If(do_inner_read & ~do_write):
             m.d.sync += inner_level.eq(inner_level - 1)
+        return m
+
+    def _elaborate_outreg(self, platform):
+        m = Module()
+        inner_depth = self.depth - 1
+        ring = 1 << max(1, (inner_depth - 1).bit_length())
+        inner_level = Signal(range(inner_depth + 1))
+        n0, n1, n2 = Signal(init=1), Signal(), Signal()     # inner_level == 0, 1, 2
+        full = Signal()                                     # inner_level == inner_depth
+        produce = Signal(range(ring))
+        consume = Signal(range(ring))
+        rd = Signal(range(ring))           # next entry for the RAM's read stage
+        rd_1 = Signal(range(ring), init=1)                  # rd + 1
+        v_o = Signal()                     # the RAM's output register holds the entry at consume
+        v_l = Signal()                     # its read stage holds the entry after those before it
+        both = Signal()                    # v_o & v_l
+        last = Signal(self.width, reset_less=True)       # the entry written last
+        before = Signal(self.width, reset_less=True)     # the one written before it
+        out = Signal(self.width, reset_less=True)
+
+        do_write = self.w_rdy & self.w_en
+        do_inner_read = ~n0 & (~self.r_rdy | self.r_en)
+        # the RAM's enables, each one LUT4 of r_en and flip-flops
+        l_free = lut4(m, platform, "l_free", lambda b, z, r, e: not b or (not z and (not r or e)),
+                      [both, n0, self.r_rdy, self.r_en])
+        o_free = lut4(m, platform, "o_free", lambda v, z, r, e: not v or (not z and (not r or e)),
+                      [v_o, n0, self.r_rdy, self.r_en])
+        skip = do_inner_read & ~v_o & ~v_l               # the entry taken is not read yet
+        written = (~n0 & ~n1 & ~n2) | (n2 & ~both) | (n1 & ~v_o & ~v_l)
+        load = l_free & written & ~skip
+        # rd moves on a load or a skip: (l_free & written) | skip, as one LUT4 of r_en
+        moves_anyway, moves_on_read = Signal(), Signal()
+        m.d.comb += [moves_anyway.eq(~both & written),
+                     moves_on_read.eq(~n0 & (written | (~v_o & ~v_l)))]
+        rd_inc = lut4(m, platform, "rd_inc", lambda a, b, r, e: a or (b and (not r or e)),
+                      [moves_anyway, moves_on_read, self.r_rdy, self.r_en])
+        ram_data = outreg_ram(m, platform, "storage", width=self.width, depth=ring,
+                              w_addr=produce, w_data=self.w_data, w_en=do_write,
+                              r_addr=rd, r_ce=l_free, r_oce=o_free)
+        m.d.comb += [
+            self.w_rdy.eq(~full),
+            self.r_data.eq(out),
+            self.level.eq(inner_level + self.r_rdy),
+            self.w_level.eq(self.level),
+            self.r_level.eq(self.level),
+            self.empty.eq(n0 & ~self.r_rdy),
+        ]
+        with m.If(do_write):
+            m.d.sync += [produce.eq(produce + 1), last.eq(self.w_data), before.eq(last)]
+        with m.If(do_inner_read):
+            m.d.sync += [consume.eq(consume + 1), self.r_rdy.eq(1),
+                         out.eq(Mux(n1, last, Mux(n2, before, ram_data)))]
+        with m.Elif(self.r_en):
+            m.d.sync += self.r_rdy.eq(0)
+        with m.If(rd_inc):
+            m.d.sync += [rd.eq(rd_1), rd_1.eq(rd_1 + 1)]
+        grow, shrink = do_write & ~do_inner_read, do_inner_read & ~do_write
+        with m.If(grow):
+            m.d.sync += inner_level.eq(inner_level + 1)
+        with m.If(shrink):
+            m.d.sync += inner_level.eq(inner_level - 1)
+        for k, flag in enumerate((n0, n1, n2)):
+            m.d.sync += flag.eq(Mux(grow, (inner_level == k - 1) if k else 0,
+                                    Mux(shrink, inner_level == k + 1, inner_level == k)))
+        m.d.sync += full.eq(Mux(grow, inner_level == inner_depth - 1, ~shrink & full))
+        v_o_next, v_l_next = Signal(), Signal()
+        m.d.comb += [v_o_next.eq((v_o & ~do_inner_read) | (v_l & ~(do_inner_read & ~v_o))),
+                     v_l_next.eq(load | (v_l & ~l_free))]
+        m.d.sync += [
+            v_o.eq(v_o_next), v_l.eq(v_l_next), both.eq(v_o_next & v_l_next),
+            Assert(rd_inc == (load | skip), "BlockFIFO: rd_inc\n"),
+            Assert(rd_1 == (rd + 1)[:len(rd)], "BlockFIFO: rd_1\n"),
+            Assert(Cat(n0, n1, n2, full) == Cat(inner_level == 0, inner_level == 1, inner_level == 2,
+                                                inner_level == inner_depth),
+                   "BlockFIFO: level flags\n"),
+            Assert(both == (v_o & v_l), "BlockFIFO: both\n"),
+            Assert((rd - consume)[:2] == v_o + v_l, "BlockFIFO: RAM read stages\n"),
+            Assert(~do_inner_read | n0 | n1 | n2 | v_o,
+                   "BlockFIFO: a third entry or later not in the RAM's output register\n"),
+        ]
         return m
 
 
