@@ -420,13 +420,12 @@ class PayloadReader(wiring.Component):
         ci_nz = ci.len != 0
         ci_rd = ci_nz & ~ci.inline
         stage_layout = data.StructLayout({
-            "addr": 64, "inline": 1, "data": 256, "nonzero": 1, "rd": 1, "raw_beats": beat_bits,
+            "addr": 64, "inline": 1, "data": 256, "nonzero": 1, "rd": 1,
             "info": pinfo_layout, "rb": rbeats_layout})
         staged = Signal(stage_layout)
         m.d.comb += [
             staged.addr.eq(ci.addr), staged.inline.eq(ci.inline), staged.data.eq(ci.data),
             staged.nonzero.eq(ci_nz), staged.rd.eq(ci_rd),
-            staged.raw_beats.eq(Mux(ci_rd, (ci_off + ci.len + (B - 1)) >> sb, 0)),
             staged.info.off.eq(Mux(ci.inline, 0, ci_off)),
             staged.info.offnz.eq(~ci.inline & (ci_off != 0)),
             staged.info.nm1.eq(ci_lm1[sb:]),
@@ -439,7 +438,7 @@ class PayloadReader(wiring.Component):
         ]
         cmd_rdy = Signal(init=1)
         c_valid, c = skid_stage(m, self.cmd.valid, self.cmd.ready, staged, cmd_rdy, "cmd")
-        nonzero, rd, raw_beats, info, rb = c.nonzero, c.rd, c.raw_beats, c.info, c.rb
+        nonzero, rd, info, rb = c.nonzero, c.rd, c.info, c.rb
         active = Signal()                    # bursts of the accepted command still to issue
         a_addr = Signal(64 - sb)             # next burst's beat address (address >> log2(B))
         a_left = Signal(beat_bits)           # its beats not yet issued
@@ -452,7 +451,7 @@ class PayloadReader(wiring.Component):
             sorder.w_en.eq(accept), sorder.w_data.eq(~rd),
         ]
         with m.If(accept & rd):
-            m.d.sync += [a_addr.eq(c.addr[sb:]), a_left.eq(raw_beats)]
+            m.d.sync += [a_addr.eq(c.addr[sb:]), a_left.eq(rb.n)]
 
         # ---- AR issue under the credit rule ----------------------------------------------------------
         # The next burst's length, whether it is the command's last and whether the data queue has

@@ -280,11 +280,12 @@ class DescriptorEngine(wiring.Component):
 
         # --- derived values of the current QP and WQE -----------------------------------------------
         quota = Signal(17, init=1)
-        m.d.sync += quota.eq(Mux(self.quota == 0, 1, self.quota))      # a register: off the compares
+        q_in = Mux(self.quota == 0, 1, self.quota)
+        m.d.sync += quota.eq(q_in)      # a register: off the compares
         # si < quota as a flip-flop, set with si from compares of the current si (si_lt_q exact against
         # the quota of a clock before: qd)
         qd, qm1 = Signal(17, init=1), Signal(17)
-        m.d.sync += [qd.eq(quota), qm1.eq(Mux(self.quota == 0, 1, self.quota) - 1)]
+        m.d.sync += [qd.eq(quota), qm1.eq(q_in - 1)]
         si_lt_q = Signal(init=1)
         si_lt_q1, si_le_q, si_lt_qm1 = si < quota, si <= quota, si < qm1
         m.d.sync += [si_lt_q.eq(si_lt_q1), Assert(si_lt_q == (si < qd), "engine: si_lt_q\n")]
@@ -870,8 +871,7 @@ class DescriptorEngine(wiring.Component):
             la_lookup("Peek")
             # Peek-Resp registers the fields the lookahead needs; Peek-Go computes from them (the
             # cache's response feeds only flip-flops here, not the burst arithmetic)
-            la_rec = Signal(data.StructLayout({"state": QpState, "sq_ci": 16, "sq_pi": 16, "service": 8,
-                                                    "log_sq_size": 8, "sq_base": 64}))
+            la_rec = Signal(data.StructLayout({"state": QpState, "sq_ci": 16, "sq_pi": 16, "service": 8}))
             la_ok = Signal()
             la_rec_ring = Signal(ring_layout)
             with m.State("Peek-Resp"):
@@ -905,9 +905,7 @@ class DescriptorEngine(wiring.Component):
                              la_want.eq(Mux(la_aq < room_, la_aq, room_))]
                 # (a prefetch raised in the clock that chose Peek may still hold the AR register, or
                 # have taken the queue's last place: wait for the one, skip the lookahead for the other)
-                with m.If(la_go & pf_valid):
-                    pass
-                with m.Else():
+                with m.If(~(la_go & pf_valid)):
                     with m.If(la_go & (pf_n != kpf)):
                         m.d.comb += la_raise.eq(1)
                         m.d.sync += [la_ci.eq(rec.sq_ci), la_next.eq(rec.sq_ci + 1), la_ring.eq(la_rec_ring),
@@ -1085,13 +1083,16 @@ class DescriptorEngine(wiring.Component):
         # ctx / dctx from the response: every turn's own response (take_resp()), and Handoff's when
         # it starts the new turn (ho_start, on which Handoff-Resp pops the ready list)
         rec = data.View(cached_layout, self.qpc_resp.payload.record)
+
+        def load_ctx():
+            return [ctx.eq(rec), ci_end.eq(rec.sq_ci == rec.sq_pi)] + load_ring(c_ring, rec)
         with m.If(ho_start & resp_ho):
-            m.d.sync += [ctx.eq(rec), ci_end.eq(rec.sq_ci == rec.sq_pi)] + load_ring(c_ring, rec)
+            m.d.sync += load_ctx()
         with m.Elif(resp_ok & ~resp_la & cd):
             m.d.sync += [dctx.state.eq(rec.state), dctx.sq_ci.eq(rec.sq_ci), dctx.sq_pi.eq(rec.sq_pi),
                          dctx.cqn.eq(rec.cqn)]
         with m.Elif(resp_ok & ~resp_la):
-            m.d.sync += [ctx.eq(rec), ci_end.eq(rec.sq_ci == rec.sq_pi)] + load_ring(c_ring, rec)
+            m.d.sync += load_ctx()
         # (Loop: a Handoff has just loaded the new turn's ctx; pf_raise waits there for la_valid)
         uses_ring = sending & ~fetching & ~fsm.ongoing("Loop")
         m.d.sync += [Assert(~uses_ring | (nci_end == (next_ci == ctx.sq_pi)), "engine: registered next_ci == sq_pi differs\n"),
