@@ -42,8 +42,15 @@ payload_cmd_layout = data.StructLayout({"addr": 64, "len": 13, "inline": 1, "dat
 payload_status_layout = data.StructLayout({"error": 1})
 
 
-def _round_robin(m, name, reqs, last):
-    """Index of the first requester after ``last`` (cyclically), and whether there is any."""
+def _round_robin(m, name, reqs, last, urgent=(), last_o=None):
+    """Index of the first requester after ``last`` (cyclically), and whether there is any. With
+    ``urgent`` (indices), an urgent requester wins over every other: round robin among the urgent
+    ones after ``last`` (the last urgent grant), else among all after ``last_o`` (the last other
+    grant), so that urgent grants in between do not reset the others' turn."""
+    if urgent:
+        pick_u, any_u = _round_robin(m, f"{name}_u", [r if i in urgent else Const(0) for i, r in enumerate(reqs)], last)
+        pick_a, any_a = _round_robin(m, f"{name}_a", reqs, last_o)
+        return Mux(any_u, pick_u, pick_a), any_a
     n = len(reqs)
     pick = Signal(range(max(n, 2)), name=f"{name}_pick")
     with m.Switch(last):
@@ -72,7 +79,10 @@ class AxiInterconnect(wiring.Component):
     Address channels (AR, AW): each master's request is first taken into a one-entry buffer
     (``ready`` = buffer empty, a flip-flop: no combinational path from ``m_axi``'s ``ready`` back
     to a master), then a round-robin arbiter moves one buffered request per clock into the output
-    register (its choice is a flip-flop, computed a clock ahead from the buffers' next state); the
+    register (its choice is a flip-flop, computed a clock ahead from the buffers' next state); a
+    buffered request of an ``urgent`` master is chosen before any other master's (round robin among
+    the urgent ones; the others share what they leave, so an urgent master that never stops asking
+    starves them: give the flag only to masters whose requests are bounded); the
     master index ``i`` is prepended to the ID (``m_axi.arid = Cat(s_i.arid, i)``).
     Latency: two clocks from a master's handshake to ``valid`` on ``m_axi``; throughput one burst
     per clock per channel, one per two clocks per master. Reads and writes arbitrate
@@ -108,7 +118,7 @@ class AxiInterconnect(wiring.Component):
         ``AXI_BW_CAP``: data beats per window, 0 = unlimited. Change only while the bus is idle.
     """
 
-    def __init__(self, n, id_width=4, *, w_order_depth=4, data_width=64):
+    def __init__(self, n, id_width=4, *, w_order_depth=4, data_width=64, urgent=()):
         if not isinstance(n, int) or n < 1:
             raise ValueError(f"n must be a positive integer, not {n!r}")
         if not isinstance(id_width, int) or id_width < 1:
@@ -117,6 +127,10 @@ class AxiInterconnect(wiring.Component):
             raise ValueError(f"w_order_depth must be a positive integer, not {w_order_depth!r}")
         if not _is_pow2(data_width) or not 64 <= data_width <= 1024:
             raise ValueError(f"data_width must be a power of two from 64 to 1024, not {data_width!r}")
+        urgent = tuple(urgent)
+        if any(not isinstance(i, int) or not 0 <= i < n for i in urgent):
+            raise ValueError(f"urgent must hold master indices 0 .. {n - 1}, not {urgent!r}")
+        self._urgent = urgent
         self._n, self._id_width, self._w_order_depth = n, id_width, w_order_depth
         self._data_width = data_width
         self._idx_bits = ceil_log2(n)
@@ -159,6 +173,9 @@ class AxiInterconnect(wiring.Component):
                     for i, s in enumerate(ms)]
             take = [Signal(name=f"{ch}{i}_take") for i in range(n)]
             last = Signal(range(max(n, 2)), name=f"{ch}_last")
+            # with urgent masters, ``last`` is the last urgent grant and ``last_o`` the last other one
+            urgent = self._urgent if len(self._urgent) < n else ()
+            last_o = Signal(range(max(n, 2)), name=f"{ch}_last_o") if urgent else last
             full = Signal(name=f"{ch}_out_full")
             go = Signal(name=f"{ch}_go")                # budget allows valid (see the cap logic)
             beats = Signal(9, name=f"{ch}_beats")       # the output register's len + 1
@@ -169,6 +186,7 @@ class AxiInterconnect(wiring.Component):
             # buffers and ``last`` (the output register's wide mux then selects from flip-flops)
             pick = Signal(range(max(n, 2)), name=f"{ch}_pick_r")
             anyreq = Signal(name=f"{ch}_any_r")
+            is_urgent = Cat(*(Const(int(i in urgent)) for i in range(n))).bit_select(pick, 1) if urgent else Const(1)
             load = ~full | hs
             if ch == "aw":
                 load = load & w_order.w_rdy
@@ -183,8 +201,10 @@ class AxiInterconnect(wiring.Component):
                     m.d.sync += bvalid[i].eq(0)
             with m.If(load):
                 m.d.sync += full.eq(anyreq)
-                with m.If(anyreq):
+                with m.If(anyreq & is_urgent):
                     m.d.sync += last.eq(pick)
+                with m.Elif(anyreq):
+                    m.d.sync += last_o.eq(pick)
                 with m.Switch(pick):
                     for i in range(n):
                         with m.Case(i):
@@ -197,8 +217,9 @@ class AxiInterconnect(wiring.Component):
             bvalid_next = [Mux(getattr(s, ch + "valid") & ~bvalid[i], 1, bvalid[i] & ~take[i])
                            for i, s in enumerate(ms)]
             pick_next, any_next = _round_robin(m, f"{ch}_next", bvalid_next,
-                                               Mux(load & anyreq, pick, last))
-            pick_now, any_now = _round_robin(m, f"{ch}_now", bvalid, last)
+                                               Mux(load & anyreq & is_urgent, pick, last), urgent,
+                                               Mux(load & anyreq & ~is_urgent, pick, last_o))
+            pick_now, any_now = _round_robin(m, f"{ch}_now", bvalid, last, urgent, last_o)
             m.d.sync += [pick.eq(pick_next), anyreq.eq(any_next),
                          Assert((anyreq == any_now) & (~any_now | (pick == pick_now)),
                                 f"interconnect: {ch} registered pick\n")]

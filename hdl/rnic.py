@@ -116,7 +116,11 @@ class Rnic(wiring.Component):
             # abort bits wait here from a packet's read result until its frame leaves: the window's
             # uncommitted packets plus as many committed ones as the payload queue holds
             "gate": lambda: FrameGate(self.window, depth=2 * self.window, width=W),
-            "axi": lambda: AxiInterconnect(len(_MASTERS), data_width=W),
+            # the control reads (contexts, WQEs, CQ) go before payload bursts: each is short and
+            # bounded by its master's own credit, and a WQE read queued behind a 4 KiB burst stalls
+            # the next packet for the burst's length
+            "axi": lambda: AxiInterconnect(len(_MASTERS), data_width=W,
+                                           urgent=[i for i, n in enumerate(_MASTERS) if n != "payload"]),
         }
 
     def elaborate(self, platform):
