@@ -613,6 +613,10 @@ class DescriptorEngine(wiring.Component):
         # the current WQE), so the next turn's first WQE can be read (Peek) while it issues
         reads_done = (sending & ~squash & ~chain_block & (ctx.state == QpState.RTS) &
                       (~wqe.flags[0] | nci_end) & (pfci_end | (quota_read & ~solo)))
+        # Peek may look the next turn's QP up. Once the turn reads no more WQEs it goes before the
+        # next Issue: the lookahead's AR then leaves ahead of that packet's payload bursts, not
+        # behind them (one 4 KiB packet a turn at 500-clock memory: 0.686 -> 0.827)
+        can_peek = ~peeked & rdy.r_rdy & ~pf_valid & (pf_n < kpf)
         # the turn issues nothing more: only its commits (and retires) are left
         turn_ends = ~squash & ~chain_block & ((~si_lt_q & ~solo) | (issued_last & nci_end))
 
@@ -821,10 +825,9 @@ class DescriptorEngine(wiring.Component):
                     m.next = "D-End"
                 with m.Elif(info.r_rdy & self.status.valid):
                     m.next = "Commit"
-                with m.Elif(can_issue):
+                with m.Elif(can_issue & ~(can_peek & reads_done)):
                     m.next = "Issue"
-                with m.Elif(~peeked & rdy.r_rdy & ~pf_valid & (pf_n < kpf) &
-                            (reads_done | (turn_ends & ~infl_zero & (pf_n == 0)))):
+                with m.Elif(can_peek & (reads_done | (turn_ends & ~infl_zero & (pf_n == 0)))):
                     m.d.sync += [peeked.eq(1), la_qpn.eq(rdy.r_data[:24])]
                     m.next = "Peek"
                 with m.Elif(can_chain):
