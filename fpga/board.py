@@ -35,6 +35,8 @@ from pathlib import Path
 from amaranth import Cat, ClockDomain, ClockSignal, Elaboratable, Module, Mux, Signal
 from amaranth.lib.cdc import FFSynchronizer, ResetSynchronizer
 
+from .synth import FSM_ONE_HOT
+
 __all__ = ["BOARDS", "BoardTop", "board_platform", "build_board"]
 
 #: Board name -> (amaranth_boards module, platform class, device key of ``fpga/synth.py``).
@@ -98,8 +100,9 @@ def build_board(board: str, out: Path, *, seed: int = 1, router: str | None = No
     top = BoardTop(**selftest_kwargs)
     try:
         # prepare + execute, not build(): build() also demands the board's programmer (openFPGALoader)
-        # chformal -remove: the design's Asserts are for simulation
-        plan = platform.prepare(top, name="selftest", synth_opts="-abc9", script_after_read="chformal -remove",
+        # chformal -remove: the design's Asserts are for simulation; FSMs one-hot as in synth.py
+        plan = platform.prepare(top, name="selftest", synth_opts="-abc9",
+                                script_after_read=f"chformal -remove\n{FSM_ONE_HOT}",
                                 nextpnr_opts=f"--seed {seed} --report report.json"
                                              + (f" --router {router}" if router else ""))
         plan.execute_local(str(out))

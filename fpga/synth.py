@@ -14,6 +14,12 @@ pins; otherwise place-and-route is skipped and Fmax is not measured.
 
 ECP5 place-and-route is skipped too when yosys' counts alone already exceed the device.
 
+Every Amaranth FSM's state register (``fsm_state``, ``<name>_fsm_state``) is recoded one-hot
+(:data:`FSM_ONE_HOT`, also in the board flow): yosys leaves a register with an init value alone,
+and Amaranth gives every FSM one, so without it the 46-state engine FSM stays binary and every
+decision decodes its 6 bits first. The recoded register ignores the init value: the design needs
+its reset after configuration (the board tops' ``ResetSynchronizer`` gives it).
+
 The port flip-flops are counted in ``ff``; ``wrapper_ff`` says how many of them the wrapper added,
 so a block's own figure is ``ff - wrapper_ff``.
 
@@ -38,7 +44,10 @@ from pathlib import Path
 from amaranth import Module, Value
 from amaranth.lib import wiring
 
-__all__ = ["DEVICES", "Device", "synthesize", "tool_versions", "yosys_counts", "pnr_fmax", "ecp5_used"]
+#: yosys command that marks every Amaranth FSM's state register for one-hot recoding.
+FSM_ONE_HOT = 'setattr -set fsm_encoding "one-hot" w:*fsm_state'
+
+__all__ = ["FSM_ONE_HOT", "DEVICES", "Device", "synthesize", "tool_versions", "yosys_counts", "pnr_fmax", "ecp5_used"]
 
 
 @dataclass(frozen=True)
@@ -242,7 +251,7 @@ def synthesize(component_factory, name: str, *, device: str = "ecp5-25f", target
     synth = "synth_ecp5 -top top -abc9" if dev.family == "ecp5" else \
         "synth_ice40 -top top -abc9" + (" -dsp" if dev.dsp else "")
     _run([yosys, "-q", "-l", "yosys.log", "-p",
-          f"read_rtlil top.il; chformal -remove; {synth} -json top.json; tee -q -o stat.json stat -json"],
+          f"read_rtlil top.il; chformal -remove; {FSM_ONE_HOT}; {synth} -json top.json; tee -q -o stat.json stat -json"],
          workdir, workdir / "yosys.out")
     t2 = time.monotonic()
     cells = _read_cells(workdir / "stat.json")

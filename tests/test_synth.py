@@ -3,6 +3,7 @@ the out-of-context flow on tiny blocks (YoWASP yosys and nextpnr-ecp5 come with 
 the ECP5 adder runs in CI, the others are ``slow``)."""
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -239,6 +240,30 @@ def test_ecp5_adder(fpga_tools):
     assert r["ff"] == 48 + 16
     assert 8 <= r["lut4"] <= 64
     assert r["fits"] and r["timing_met"] and r["fmax_mhz"]["clk"] > 100
+
+
+class _Fsm(wiring.Component):
+    go: In(1)
+    out: Out(3)
+
+    def elaborate(self, platform):
+        m = Module()
+        with m.FSM():
+            for k, name in enumerate("ABCDE"):
+                with m.State(name):
+                    m.d.sync += self.out.eq(k)
+                    with m.If(self.go):
+                        m.next = "ABCDE"[(k + 1) % 5] if k != 2 else "A"
+        return m
+
+
+def test_ecp5_fsm_is_recoded_one_hot(fpga_tools):
+    """yosys extracts Amaranth's FSM (which has an init value) and recodes it one-hot."""
+    r = synth.synthesize(_Fsm, "smoke-fsm", device="ecp5-25f", target_mhz=100)
+    log = (Path(r["workdir"]) / "yosys.log").read_text()
+    assert "Extracting FSM `\\inner.fsm_state'" in log, "the FSM was not extracted"
+    assert "Not marking top.inner.fsm_state as FSM state register" not in log
+    assert re.search(r"Recoding FSM `\$fsm\$\\inner\.fsm_state\S*' from module `\\top' using `one-hot' encoding", log)
 
 
 @pytest.mark.slow
