@@ -505,15 +505,21 @@ class DescriptorEngine(wiring.Component):
         m.d.sync += Assert((pf_n != kpf) | ~(pf_raise | la_raise | la_more | (fetch_ar & axi.arready)) | pf_taken,
                            "engine: more WQE bursts asked for than the queue holds\n")
         la_short = Signal()
+        # The AR register's address and length load in every clock without an AR held, from the
+        # burst that would be raised (the lookahead's first, its next, or the prefetcher's): which one
+        # is raised then only sets pf_valid, and no raise decision reaches the 64-bit address mux.
+        # At most one raise in a clock (pf_raise needs ~la_valid, la_more la_valid, la_raise Peek-Go).
+        m.d.sync += Assert((pf_raise + la_raise + la_more <= 1) & ~(la_raise & la_valid),
+                           "engine: two WQE bursts raised at once\n")
+        with m.If(~pf_valid):
+            m.d.sync += [pf_addr.eq(Mux(la_raise, la_addr, Mux(la_valid, ring_slot(la_ring, la_next), ring_addr(pf_ci)))),
+                         pf_short.eq(Mux(la_raise, la_short_next, Mux(la_valid, la_short, ~ud)))]
         with m.If(pf_raise):
-            m.d.sync += [pf_valid.eq(1), pf_addr.eq(ring_addr(pf_ci)), pf_ci.eq(pf_ci + 1),
-                         pf_short.eq(~ud)]
+            m.d.sync += [pf_valid.eq(1), pf_ci.eq(pf_ci + 1)]
         with m.If(la_raise):
-            m.d.sync += [pf_valid.eq(1), pf_addr.eq(la_addr), la_valid.eq(1), la_cnt.eq(1), la_todo.eq(la_want - 1),
-                         pf_short.eq(la_short_next)]
+            m.d.sync += [pf_valid.eq(1), la_valid.eq(1), la_cnt.eq(1), la_todo.eq(la_want - 1)]
         with m.If(la_more):
-            m.d.sync += [pf_valid.eq(1), pf_addr.eq(ring_slot(la_ring, la_next)), la_next.eq(la_next + 1),
-                         la_cnt.eq(la_cnt + 1), la_todo.eq(la_todo - 1), pf_short.eq(la_short)]
+            m.d.sync += [pf_valid.eq(1), la_next.eq(la_next + 1), la_cnt.eq(la_cnt + 1), la_todo.eq(la_todo - 1)]
 
         # --- the control FSM ---------------------------------------------------------------------------
         req = self.qpc_req.payload
