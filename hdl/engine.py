@@ -502,6 +502,9 @@ class DescriptorEngine(wiring.Component):
         la_rts = Signal()              # the peeked QP was in RTS: the next turn may start by Handoff
         m.d.comb += la_more.eq(la_valid & (la_todo != 0) & ~pf_valid & ~la_hold)
         m.d.sync += pf_n.eq(pf_n + (pf_raise | la_raise | la_more | (fetch_ar & axi.arready)) - pf_taken)
+        quota_stale = Signal(init=1)   # (see quota_read below)
+        m.d.sync += quota_stale.eq(pf_raise | la_raise | la_more | (fetch_ar & axi.arready) | pf_taken |
+                                   fetching | info.w_en | info.r_en)
         m.d.sync += Assert((pf_n != kpf) | ~(pf_raise | la_raise | la_more | (fetch_ar & axi.arready)) | pf_taken,
                            "engine: more WQE bursts asked for than the queue holds\n")
         la_short = Signal()
@@ -608,17 +611,22 @@ class DescriptorEngine(wiring.Component):
         w_deep = Signal()              # wqe.length < deep_below, registered with the WQE
         pf_depth = Mux(w_deep, kpf, 1)
         # the quota's WQEs are all read: each WQE read ahead takes one step at least, and so does the
-        # current WQE's next packet if it has one. A flip-flop, a clock late: it only steers reading
-        # ahead (a WQE read and not used is dropped and read again), never what is sent.
+        # current WQE's next packet if it has one. A flip-flop, a clock late; ``quota_stale`` marks
+        # the clock after one of its inputs may have changed (an Issue, a Commit, a Fetch state, a
+        # burst raised or taken), and neither the prefetcher nor Peek acts on it then (acting on a
+        # stale "not yet" read a WQE past the quota, dropped and read again: 16 QPs x 64 messages of
+        # 64 B at quota 16 took 19 036 clocks instead of 16 128)
         quota_read = Signal()
         m.d.sync += quota_read.eq(si + pf_n + ~issued_last >= quota)
-        m.d.comb += pf_raise.eq(sending & ~fetching & ~la_valid & chainable & ~squash & ~pf_valid &
+        m.d.sync += Assert(~sending | quota_stale | (quota_read == (si + pf_n + ~issued_last >= quota)),
+                           "engine: quota_read stale while quota_stale is low\n")
+        m.d.comb += pf_raise.eq(sending & ~fetching & ~la_valid & chainable & ~squash & ~pf_valid & ~quota_stale &
                                 (pf_n < pf_depth) & ~pfci_end & (~quota_read | solo))
 
         # the turn reads no more WQEs: the rest of its quota or of its ring has been read ahead (or is
         # the current WQE), so the next turn's first WQE can be read (Peek) while it issues
         reads_done = (sending & ~squash & ~chain_block & (ctx.state == QpState.RTS) &
-                      (~wqe.flags[0] | nci_end) & (pfci_end | (quota_read & ~solo)))
+                      (~wqe.flags[0] | nci_end) & (pfci_end | (quota_read & ~quota_stale & ~solo)))
         # Peek may look the next turn's QP up. Once the turn reads no more WQEs it goes before the
         # next Issue: the lookahead's AR then leaves ahead of that packet's payload bursts, not
         # behind them (one 4 KiB packet a turn at 500-clock memory: 0.686 -> 0.827)
