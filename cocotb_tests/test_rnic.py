@@ -538,6 +538,9 @@ def _default_plan(parts):
     if "message" in parts:
         plan += [{"part": "message", "qps": 1, "size": 65536, "mtu": mtu, "messages": 1, "mem_latency": lat}
                  for lat in (1, 50, 500) for mtu in (256, 1024, 4096)]
+    if "rate" in parts:
+        plan += [{"part": "rate", "qps": 16, "quota": quota, "messages": messages, "mem_latency": 50}
+                 for quota, messages in ((1, 240), (16, 1024))]
     if "fairness" in parts:
         plan += [{"part": "fairness", "qps": qps, "quota": quota, "mem_latency": 50, "shorts": 64 if qps == 4 else 8}
                  for qps, quota in ((4, 1), (4, 4), (4, 16), (16, 4))]
@@ -554,7 +557,7 @@ async def bench(dut):
     if os.environ.get("RNIC_BENCH_PLAN"):
         plan = json.loads(Path(os.environ["RNIC_BENCH_PLAN"]).read_text())
     else:
-        plan = _default_plan(os.environ.get("RNIC_BENCH_PARTS", "latency,efficiency,message,fairness").split(","))
+        plan = _default_plan(os.environ.get("RNIC_BENCH_PARTS", "latency,efficiency,message,rate,fairness").split(","))
     progress = os.environ.get("RNIC_BENCH_PROGRESS")
     results = {"width": len(dut.m_axis__tdata)} | {x["part"]: [] for x in plan}
     try:

@@ -11,6 +11,8 @@ read burst a fixed number of clocks after its AR (bursts overlap); the frame sin
 * efficiency: ideal beats (sum of ceil(frame bytes / bytes per beat)) / clocks from the first to
   the last frame beat, for unsignaled SENDs of 64 B and 4 KiB over 1 and 16 QPs, and inside one 64 KiB message
   (payload reads issued ahead must hide the memory latency between its packets);
+* rate: 64-byte SENDs over 16 QPs at 50-clock memory, quota 1 (a turn per message) and quota 16
+  with 64 messages a QP (each turn reads its quota of WQEs ahead); the first round is warm-up;
 * fairness: one QP with a 64 KiB message against QPs with many 1 KiB messages (MTU 1024, memory
   latency 50), while every QP has work: the largest lead in packets of one QP over another (round
   robin bounds it by the quota), Jain's index over wire bytes up to the last round boundary, and
@@ -31,7 +33,7 @@ __all__ = ["PARTS", "ModelMismatch", "measure", "markdown", "main"]
 _TESTS = Path(__file__).resolve().parents[1] / "cocotb_tests"
 
 
-PARTS = ("latency", "efficiency", "message", "fairness")
+PARTS = ("latency", "efficiency", "message", "rate", "fairness")
 
 
 class ModelMismatch(RuntimeError):
@@ -111,6 +113,12 @@ def markdown(r: dict) -> str:
         out += [f"| {x['mem_latency']} | {x['mtu']} | {x['frames']} | {x['efficiency']:.3f} | "
                 f"{x['idle_after_first_frame']} |" for x in r["message"]]
         out.append("")
+    if r.get("rate"):
+        out += ["| memory latency | QPs | quota | messages | clocks | messages / 1000 clocks | efficiency |",
+                "|---|---|---|---|---|---|---|"]
+        out += [f"| {x['mem_latency']} | {x['qps']} | {x['quota']} | {x['messages']} | {x['clocks']} | "
+                f"{x['msgs_per_kclk']} | {x['efficiency']:.3f} |" for x in r["rate"]]
+        out.append("")
     if r.get("fairness"):
         out += ["| QPs | quota | frames while all busy | Jain (full rounds) | max lead (packets) | "
                 "max wait (packets) | wait bound |", "|---|---|---|---|---|---|---|"]
@@ -149,6 +157,11 @@ def main(argv=None):
     for x in r["message"]:
         print(f"{x['mem_latency']:>11} {x['mtu']:>5} {x['frames']:>6} {x['ideal_beats']:>7} {x['clocks']:>7} "
               f"{x['efficiency']:>10.3f} {x['idle_after_first_frame']:>18}")
+    print("\nmessage rate, 64-byte SENDs after the first round")
+    print(f"{'mem latency':>11} {'QPs':>4} {'quota':>5} {'messages':>8} {'clocks':>7} {'msgs/kclk':>9} {'efficiency':>10}")
+    for x in r["rate"]:
+        print(f"{x['mem_latency']:>11} {x['qps']:>4} {x['quota']:>5} {x['messages']:>8} {x['clocks']:>7} "
+              f"{x['msgs_per_kclk']:>9} {x['efficiency']:>10.3f}")
     print("\nfairness: QP 0 one 64 KiB SEND, other QPs 1 KiB SENDs, MTU 1024, 50-clk memory")
     print(f"{'QPs':>4} {'quota':>5} {'frames':>6} {'clocks':>7} {'Jain':>6} {'max lead':>8} {'max wait':>8} {'bound':>5}")
     for x in r["fairness"]:
