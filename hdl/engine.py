@@ -501,11 +501,11 @@ class DescriptorEngine(wiring.Component):
         peeked = Signal()
         la_rts = Signal()              # the peeked QP was in RTS: the next turn may start by Handoff
         m.d.comb += la_more.eq(la_valid & (la_todo != 0) & ~pf_valid & ~la_hold)
-        m.d.sync += pf_n.eq(pf_n + (pf_raise | la_raise | la_more | (fetch_ar & axi.arready)) - pf_taken)
+        pf_asked = pf_raise | la_raise | la_more | (fetch_ar & axi.arready)    # a WQE burst asked for
+        m.d.sync += pf_n.eq(pf_n + pf_asked - pf_taken)
         quota_stale = Signal(init=1)   # (see quota_read below)
-        m.d.sync += quota_stale.eq(pf_raise | la_raise | la_more | (fetch_ar & axi.arready) | pf_taken |
-                                   fetching | info.w_en | info.r_en)
-        m.d.sync += Assert((pf_n != kpf) | ~(pf_raise | la_raise | la_more | (fetch_ar & axi.arready)) | pf_taken,
+        m.d.sync += quota_stale.eq(pf_asked | pf_taken | fetching | info.w_en | info.r_en)
+        m.d.sync += Assert((pf_n != kpf) | ~pf_asked | pf_taken,
                            "engine: more WQE bursts asked for than the queue holds\n")
         la_short = Signal()
         # The AR register's address and length load in every clock without an AR held, from the
@@ -617,8 +617,9 @@ class DescriptorEngine(wiring.Component):
         # stale "not yet" read a WQE past the quota, dropped and read again: 16 QPs x 64 messages of
         # 64 B at quota 16 took 19 036 clocks instead of 16 128)
         quota_read = Signal()
-        m.d.sync += quota_read.eq(si + pf_n + ~issued_last >= quota)
-        m.d.sync += Assert(~sending | quota_stale | (quota_read == (si + pf_n + ~issued_last >= quota)),
+        quota_read_now = si + pf_n + ~issued_last >= quota
+        m.d.sync += quota_read.eq(quota_read_now)
+        m.d.sync += Assert(~sending | quota_stale | (quota_read == quota_read_now),
                            "engine: quota_read stale while quota_stale is low\n")
         m.d.comb += pf_raise.eq(sending & ~fetching & ~la_valid & chainable & ~squash & ~pf_valid & ~quota_stale &
                                 (pf_n < pf_depth) & ~pfci_end & (~quota_read | solo))
@@ -631,6 +632,7 @@ class DescriptorEngine(wiring.Component):
         # next Issue: the lookahead's AR then leaves ahead of that packet's payload bursts, not
         # behind them (one 4 KiB packet a turn at 500-clock memory: 0.686 -> 0.827)
         can_peek = ~peeked & rdy.r_rdy & ~pf_valid & (pf_n < kpf)
+        peek_first = can_peek & reads_done
         # the turn issues nothing more: only its commits (and retires) are left
         turn_ends = ~squash & ~chain_block & ((~si_lt_q & ~solo) | (issued_last & nci_end))
 
@@ -839,9 +841,9 @@ class DescriptorEngine(wiring.Component):
                     m.next = "D-End"
                 with m.Elif(info.r_rdy & self.status.valid):
                     m.next = "Commit"
-                with m.Elif(can_issue & ~(can_peek & reads_done)):
+                with m.Elif(can_issue & ~peek_first):
                     m.next = "Issue"
-                with m.Elif(can_peek & (reads_done | (turn_ends & ~infl_zero & (pf_n == 0)))):
+                with m.Elif(peek_first | (can_peek & turn_ends & ~infl_zero & (pf_n == 0))):
                     m.d.sync += [peeked.eq(1), la_qpn.eq(rdy.r_data[:24])]
                     m.next = "Peek"
                 with m.Elif(can_chain):
