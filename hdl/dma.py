@@ -130,7 +130,8 @@ class AxiInterconnect(wiring.Component):
         urgent = tuple(urgent)
         if any(not isinstance(i, int) or not 0 <= i < n for i in urgent):
             raise ValueError(f"urgent must hold master indices 0 .. {n - 1}, not {urgent!r}")
-        self._urgent = urgent
+        # every master urgent is plain round robin
+        self._urgent = frozenset(urgent) if len(set(urgent)) < n else frozenset()
         self._n, self._id_width, self._w_order_depth = n, id_width, w_order_depth
         self._data_width = data_width
         self._idx_bits = ceil_log2(n)
@@ -174,7 +175,7 @@ class AxiInterconnect(wiring.Component):
             take = [Signal(name=f"{ch}{i}_take") for i in range(n)]
             last = Signal(range(max(n, 2)), name=f"{ch}_last")
             # with urgent masters, ``last`` is the last urgent grant and ``last_o`` the last other one
-            urgent = self._urgent if len(self._urgent) < n else ()
+            urgent = self._urgent
             last_o = Signal(range(max(n, 2)), name=f"{ch}_last_o") if urgent else last
             full = Signal(name=f"{ch}_out_full")
             go = Signal(name=f"{ch}_go")                # budget allows valid (see the cap logic)

@@ -101,7 +101,7 @@ def _run(n, urgent, clocks, rng, p_valid, p_ready):
     return stats
 
 
-@pytest.mark.parametrize("n, urgent", [(3, ()), (4, (0, 2, 3)), (3, (1,)), (4, (0, 1, 2, 3))])
+@pytest.mark.parametrize("n, urgent", [(3, ()), (4, (0, 2, 3)), (3, (1,)), (4, (0, 1, 2, 3)), (3, (2, 2, 2))])
 def test_arbiter_random(n, urgent):
     seed = seed_from_env()
     print(f"seed {seed} (rerun with RNIC_SEED={seed})")
