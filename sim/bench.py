@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..model.regs import DATAPATH_WIDTHS
-from .bench_engine import measure
+from .bench_engine import md_table, measure
 
 __all__ = ["PARTS", "WIDTHS", "FIGURES", "plan", "run_bench", "write_outputs", "markdown", "text_tables",
            "write_plots"]
@@ -289,9 +289,7 @@ def markdown(results: dict, plots=()) -> str:
         fixed, headers, cells = _table(fig, rows)
         setup = fixed + ["sink always ready"] * fig.traffic + [at]
         out += [f"## {fig.title}", "", fig.text, "", f"Configuration: {'; '.join(setup)}.", ""]
-        out += ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-        out += ["| " + " | ".join(row) + " |" for row in cells]
-        out.append("")
+        out += md_table(headers, cells) + [""]
         if f"{fig.name}.png" in plots:
             out += [f"![{fig.title}]({fig.name}.png)", ""]
     return "\n".join(out)

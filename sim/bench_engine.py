@@ -28,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-__all__ = ["PARTS", "ModelMismatch", "measure", "markdown", "main"]
+__all__ = ["PARTS", "ModelMismatch", "measure", "md_table", "markdown", "main"]
 
 _TESTS = Path(__file__).resolve().parents[1] / "cocotb_tests"
 
@@ -91,40 +91,41 @@ def measure(seed: int = 1, parts=PARTS, *, width: int = 64, plan: list[dict] | N
     return r | {"build_s": round(build_s, 2), "launch_s": round(launch_s, 2)}
 
 
+def md_table(headers, rows) -> list[str]:
+    """A Markdown table's lines: ``headers``, then one line per row of cells (each ``str()``-ed)."""
+    return (["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+            + ["| " + " | ".join(map(str, row)) + " |" for row in rows])
+
+
+def _size(n):
+    return f"{n // 1024} KiB" if n >= 1024 else f"{n} B"
+
+
 def markdown(r: dict) -> str:
     """The results as the Markdown tables of docs/engine.md."""
+    tables = {
+        "latency": (("memory latency (clocks)", "first byte, not cached", "last byte, not cached",
+                     "first byte, cached", "last byte, cached"),
+                    lambda x: (x["mem_latency"], x["doorbell_to_first_byte_miss"], x["doorbell_to_last_byte_miss"],
+                               x["doorbell_to_first_byte_hit"], x["doorbell_to_last_byte_hit"])),
+        "efficiency": (("memory latency", "QPs", "message", "MTU", "efficiency"),
+                       lambda x: (x["mem_latency"], x["qps"], f"{_size(x['size'])} × {x['messages']}", x["mtu"],
+                                  f"{x['efficiency']:.3f}")),
+        "message": (("memory latency", "MTU", "frames", "efficiency", "idle clocks after the first frame"),
+                    lambda x: (x["mem_latency"], x["mtu"], x["frames"], f"{x['efficiency']:.3f}",
+                               x["idle_after_first_frame"])),
+        "rate": (("memory latency", "QPs", "quota", "messages", "clocks", "messages / 1000 clocks", "efficiency"),
+                 lambda x: (x["mem_latency"], x["qps"], x["quota"], x["messages"], x["clocks"], x["msgs_per_kclk"],
+                            f"{x['efficiency']:.3f}")),
+        "fairness": (("QPs", "quota", "frames while all busy", "Jain (full rounds)", "max lead (packets)",
+                      "max wait (packets)", "wait bound"),
+                     lambda x: (x["qps"], x["quota"], x["frames_in_span"], f"{x['jain']:.3f}", x["max_lead_packets"],
+                                x["max_wait_packets"], x["bound_wait_packets"])),
+    }
     out = []
-    if r.get("latency"):
-        out += ["| memory latency (clocks) | first byte, not cached | last byte, not cached | first byte, cached "
-                "| last byte, cached |", "|---|---|---|---|---|"]
-        out += [f"| {x['mem_latency']} | {x['doorbell_to_first_byte_miss']} | {x['doorbell_to_last_byte_miss']} | "
-                f"{x['doorbell_to_first_byte_hit']} | {x['doorbell_to_last_byte_hit']} |" for x in r["latency"]]
-        out.append("")
-    if r.get("efficiency"):
-        out += ["| memory latency | QPs | message | MTU | efficiency |", "|---|---|---|---|---|"]
-        for x in r["efficiency"]:
-            size = f"{x['size'] // 1024} KiB" if x["size"] >= 1024 else f"{x['size']} B"
-            out.append(f"| {x['mem_latency']} | {x['qps']} | {size} × {x['messages']} | {x['mtu']} | "
-                       f"{x['efficiency']:.3f} |")
-        out.append("")
-    if r.get("message"):
-        out += ["| memory latency | MTU | frames | efficiency | idle clocks after the first frame |",
-                "|---|---|---|---|---|"]
-        out += [f"| {x['mem_latency']} | {x['mtu']} | {x['frames']} | {x['efficiency']:.3f} | "
-                f"{x['idle_after_first_frame']} |" for x in r["message"]]
-        out.append("")
-    if r.get("rate"):
-        out += ["| memory latency | QPs | quota | messages | clocks | messages / 1000 clocks | efficiency |",
-                "|---|---|---|---|---|---|---|"]
-        out += [f"| {x['mem_latency']} | {x['qps']} | {x['quota']} | {x['messages']} | {x['clocks']} | "
-                f"{x['msgs_per_kclk']} | {x['efficiency']:.3f} |" for x in r["rate"]]
-        out.append("")
-    if r.get("fairness"):
-        out += ["| QPs | quota | frames while all busy | Jain (full rounds) | max lead (packets) | "
-                "max wait (packets) | wait bound |", "|---|---|---|---|---|---|---|"]
-        out += [f"| {x['qps']} | {x['quota']} | {x['frames_in_span']} | {x['jain']:.3f} | {x['max_lead_packets']} | "
-                f"{x['max_wait_packets']} | {x['bound_wait_packets']} |" for x in r["fairness"]]
-        out.append("")
+    for part, (headers, cells) in tables.items():
+        if r.get(part):
+            out += md_table(headers, map(cells, r[part])) + [""]
     return "\n".join(out)
 
 
