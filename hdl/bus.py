@@ -155,5 +155,9 @@ def skid_stage(m: Module, valid, ready, payload, out_ready, name):
         with m.Else():
             m.d.sync += [full.eq(valid), out.eq(payload)]
     with m.Elif(valid & ~skid):
-        m.d.sync += [skid.eq(1), skid_data.eq(payload)]
+        m.d.sync += skid.eq(1)
+    # the second entry follows the input while it is free (what it holds then is unused), so its
+    # enable does not wait for out_ready
+    with m.If(~skid):
+        m.d.sync += skid_data.eq(payload)
     return full, out
