@@ -12,7 +12,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..model.qpc import PathMtu, QpcCacheConfig
 from ..model.regs import DATAPATH_WIDTHS, caps, caps2
-from .bus import AXI4LiteSignature, AXI4Signature, AXIStreamSignature, stream_to_axis
+from .bus import AXI4LiteSignature, AXI4Signature, AXIStreamSignature, skid_stage, stream_to_axis
 from .descriptor import DescriptorLayout
 from .dma import AxiInterconnect, PayloadReader
 from .engine import DescriptorEngine, FrameGate
@@ -158,7 +158,12 @@ class Rnic(wiring.Component):
         ]
         wiring.connect(m, regs.doorbell, eng.doorbell)
         wiring.connect(m, regs.cq_doorbell, eng.cq_doorbell)
-        wiring.connect(m, eng.qpc_req, cache.req)
+        # the engine's cache requests through a skid buffer: the cache's stage-0 tag compare starts
+        # from flip-flops, and the engine's request logic and the cache's stall stay apart (a clock
+        # more per request)
+        req_valid, req_payload = skid_stage(m, eng.qpc_req.valid, eng.qpc_req.ready, eng.qpc_req.payload,
+                                            cache.req.ready, "qpc_req")
+        m.d.comb += [cache.req.valid.eq(req_valid), cache.req.payload.eq(req_payload)]
         wiring.connect(m, cache.resp, eng.qpc_resp)
 
         # packets: descriptors and payload into the builder, frames through the gate
