@@ -8,7 +8,11 @@ error the model (:meth:`rnic.model.engine.EngineModel._complete`) reports is rep
 same order, one per clock on ``err``.
 """
 
+import operator
+from functools import reduce
+
 from amaranth import Const, Module, Mux, Signal
+from amaranth.hdl import Assert
 from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -91,14 +95,21 @@ class CqeWriter(wiring.Component):
         wbeat = Signal(2)
         berr = Signal()
 
+        # The addresses, the ring's fill and its size are flip-flops, loaded every clock from
+        # registers that settle a clock before their users: ``c`` (Idle) before Read-AR, the
+        # context's first beat (pi, ci, log_size) a beat before Read-Check, ring_base (the last
+        # beat) a state before CQE-AW. No adder sits on the AXI address or a state decision.
+        bad_cqn = Signal()                 # cqn >= CQ_SIZE, registered as Idle takes the command
         ctx_addr = Signal(64)
-        m.d.comb += ctx_addr.eq((self.cq_base & ~0x1F) + (c.cqn << 5))
         size = Signal(17)
-        m.d.comb += size.eq(Const(1, 17) << log_size[:4])
         used = Signal(16)
-        m.d.comb += used.eq(pi - ci)
         slot_addr = Signal(64)
-        m.d.comb += slot_addr.eq((ring_base & ~0x1F) + ((pi & (size - 1)[:16]) << 5))
+        m.d.sync += [
+            ctx_addr.eq((self.cq_base & ~0x1F) + (c.cqn << 5)),
+            size.eq(Const(1, 17) << log_size[:4]),
+            used.eq(pi - ci),
+            slot_addr.eq((ring_base & ~0x1F) + ((pi & ((Const(1, 17) << log_size[:4]) - 1)[:16]) << 5)),
+        ]
 
         cqe = Signal(cqe_layout)
         m.d.comb += [
@@ -115,9 +126,12 @@ class CqeWriter(wiring.Component):
             off, width = _CQC[name]
             m.d.comb += ctx_word[off:off + width].eq(sig)
 
+        # report() raises err.valid under its condition; the fields come from the state alone
+        # (report_fields, after the FSM), so that only the valid bit waits for the decision
         def report(bit, status=0):
-            m.d.comb += [self.err.valid.eq(1), self.err.bit.eq(int(bit)), self.err.qpn.eq(err_qpn),
-                         self.err.status.eq(int(status))]
+            m.d.comb += self.err.valid.eq(1)
+            m.d.sync += Assert((self.err.bit == int(bit)) & (self.err.status == int(status)),
+                               "completion: report fields by state\n")
 
         m.d.comb += [axi.arsize.eq(3), axi.arburst.eq(1), axi.awsize.eq(3), axi.awburst.eq(1),
                      axi.bready.eq(1), axi.rready.eq(1)]
@@ -151,16 +165,17 @@ class CqeWriter(wiring.Component):
                 m.next = state
             return f
 
-        with m.FSM():
+        with m.FSM() as fsm:
             with m.State("Idle"):
                 m.d.comb += self.cmd.ready.eq(1)
                 with m.If(self.cmd.valid):
                     m.d.sync += [c.eq(self.cmd.payload), overflow.eq(0), qp_error.eq(0),
+                                 bad_cqn.eq(self.cmd.payload.cqn >= self.cq_size),
                                  err_qpn.eq(Mux(self.cmd.payload.op == CqOp.SET_CI, self.cmd.payload.cqn,
                                                  self.cmd.payload.qpn))]
                     m.next = "Check-CQN"
             with m.State("Check-CQN"):
-                with m.If(c.cqn >= self.cq_size):
+                with m.If(bad_cqn):
                     with m.If(c.op == CqOp.SET_CI):
                         report(ErrBit.CQ_DB_BAD_CQN)
                         m.next = "Done"
@@ -238,4 +253,19 @@ class CqeWriter(wiring.Component):
                 m.d.comb += [self.done.valid.eq(1), self.done.payload.qp_error.eq(qp_error)]
                 with m.If(self.done.ready):
                     m.next = "Idle"
+
+        report_fields = {f"{prefix}-B": (ErrBit.BUS_CQ, 0) for prefix in ("SetCI", "Full", "CQE", "Bad", "Ctx")}
+        report_fields.update({
+            "Check-CQN": (ErrBit.CQ_DB_BAD_CQN, 0),
+            "Read-Check": (ErrBit.BUS_CQ, 0),
+            "Full-Report": (ErrBit.CQ_OVERFLOW, 0),
+            "Overflow-Report": (ErrBit.CQ_OVERFLOW, CqeStatus.CQ_OVERFLOW),
+            "Drop": (ErrBit.CQE_DROPPED, 0),
+        })
+        # an AND-OR of the states (one-hot), not a priority chain
+        m.d.comb += [
+            self.err.qpn.eq(err_qpn),
+            self.err.bit.eq(reduce(operator.or_, (Mux(fsm.ongoing(st), int(b), 0) for st, (b, _) in report_fields.items()))),
+            self.err.status.eq(reduce(operator.or_, (Mux(fsm.ongoing(st), int(v), 0) for st, (_, v) in report_fields.items()))),
+        ]
         return m

@@ -36,6 +36,9 @@ turn boundary, which ``docs/engine.md`` allows). A partly sent message keeps its
 ready-list entry; its WQE is read again at the next turn.
 """
 
+import operator
+from functools import reduce
+
 from amaranth import Cat, Const, Module, Mux, Signal
 from amaranth.hdl import Assert
 from amaranth.lib import data, stream, wiring
@@ -241,11 +244,23 @@ class DescriptorEngine(wiring.Component):
         m.d.comb += [c_qpn.eq(Mux(cd, dqpn, qpn)), c_state.eq(Mux(cd, dctx.state, ctx.state)),
                      c_sq_ci.eq(Mux(cd, dctx.sq_ci, ctx.sq_ci)), c_cqn.eq(Mux(cd, dctx.cqn, ctx.cqn))]
 
-        def report(bit, status=0, who=c_qpn):
-            m.d.comb += [err.valid.eq(1), err.bit.eq(bit), err.qpn.eq(who), err.status.eq(status)]
+        # The FSM's reports: report() raises fsm_err under its condition; the fields come from the
+        # state alone (report_fields, after the FSM), so only the valid bit waits for the decision.
+        # The completion writer reports only while the FSM waits for it (cq_wait), where the FSM
+        # reports nothing.
+        fsm_err = Signal()
+        fsm_bit, fsm_status = Signal.like(err.bit), Signal.like(err.status)
 
+        def report(bit, status=0):
+            m.d.comb += fsm_err.eq(1)
+            m.d.sync += Assert((fsm_bit == bit) & (fsm_status == status), "engine: report fields by state\n")
+
+        cq_wait = Signal()             # the FSM waits for the completion writer (set after the FSM)
         m.d.comb += [
-            err.eq(cqw.err),
+            err.valid.eq(cqw.err.valid | fsm_err),
+            err.bit.eq(Mux(cq_wait, cqw.err.bit, fsm_bit)),
+            err.qpn.eq(Mux(cq_wait, cqw.err.qpn, c_qpn)),
+            err.status.eq(Mux(cq_wait, cqw.err.status, fsm_status)),
             inc.cqe_count.eq(cqw.inc_cqe_count), inc.cqe_drops.eq(cqw.inc_cqe_drops),
         ]
         bus_err_fsm = Signal()
@@ -636,6 +651,9 @@ class DescriptorEngine(wiring.Component):
         # the turn issues nothing more: only its commits (and retires) are left
         turn_ends = ~squash & ~chain_block & ((~si_lt_q & ~solo) | (issued_last & nci_end))
 
+        # the doorbell's QPN out of range, registered as Idle takes it (the QPC_SIZE it is checked
+        # against is the one of that clock)
+        db_bad = Signal()
         with m.FSM(init="Clear") as fsm:
             with m.State("Clear"):
                 m.d.comb += [clearing.eq(1), sc_we.eq(1), sc_wd.eq(0)]
@@ -646,7 +664,9 @@ class DescriptorEngine(wiring.Component):
             with m.State("Idle"):
                 with m.If(self.doorbell.valid):
                     m.d.comb += self.doorbell.ready.eq(1)
-                    m.d.sync += [qpn.eq(self.doorbell.payload.qpn), pi.eq(self.doorbell.payload.pi)]
+                    db_qpn = self.doorbell.payload.qpn
+                    m.d.sync += [qpn.eq(db_qpn), pi.eq(self.doorbell.payload.pi),
+                                 db_bad.eq((db_qpn >= self.qpc_size) | (db_qpn >= max_qps))]
                     m.next = "DB"
                 with m.Elif(self.cq_doorbell.valid):
                     m.d.comb += self.cq_doorbell.ready.eq(1)
@@ -671,7 +691,7 @@ class DescriptorEngine(wiring.Component):
                     m.next = "Idle"
 
             with m.State("DB"):
-                with m.If((qpn >= self.qpc_size) | (qpn >= max_qps)):
+                with m.If(db_bad):
                     m.d.comb += inc.db_errors.eq(1)
                     report(ErrBit.DB_BAD_QPN)
                     m.next = "Idle"
@@ -1094,6 +1114,21 @@ class DescriptorEngine(wiring.Component):
                     m.d.sync += offset.eq(0)
                 with m.If(pf_n <= la_held):
                     m.next = "Idle"
+
+        # the fields of each state's report (checked against report()'s arguments)
+        report_fields = {
+            "DB": (ErrBit.DB_BAD_QPN, 0),
+            "DB-Lookup-Resp": (ErrBit.BUS_QPC, 0),
+            "DB-Verdict": (ErrBit.DB_REJECTED, db_status),
+            "Turn-Resp": (ErrBit.BUS_QPC, 0),
+            "Fetched": (Mux(rerr, ErrBit.BUS_WQE, ErrBit.WQE_ERROR), Mux(rerr, CqeStatus.WQE_FETCH_ERR, validate)),
+            "Commit": (ErrBit.BUS_PAYLOAD, CqeStatus.PAYLOAD_READ_ERR),
+        }
+        # an AND-OR of the states (one-hot), not a priority chain
+        m.d.comb += [fsm_bit.eq(reduce(operator.or_, (Mux(fsm.ongoing(st), b, 0) for st, (b, _) in report_fields.items()))),
+                     fsm_status.eq(reduce(operator.or_, (Mux(fsm.ongoing(st), v, 0) for st, (_, v) in report_fields.items())))]
+        m.d.comb += cq_wait.eq(fsm.ongoing("Complete-Wait") | fsm.ongoing("CQ-DB-Wait"))
+        m.d.sync += Assert(~cqw.err.valid | cq_wait, "engine: a completion writer report outside its wait\n")
 
         # qpc_resp.ready is 1 (see request()): a response outside these states would be lost. An
         # assertion in simulation (Verilator --assert); synthesis removes it.
