@@ -529,9 +529,16 @@ class DescriptorEngine(wiring.Component):
         # At most one raise in a clock (pf_raise needs ~la_valid, la_more la_valid, la_raise Peek-Go).
         m.d.sync += Assert((pf_raise + la_raise + la_more <= 1) & ~(la_raise & la_valid),
                            "engine: two WQE bursts raised at once\n")
+        # The lookahead's next slot and the prefetcher's are flip-flops themselves, a clock behind
+        # la_next / pf_ci: those move only on a raise, which holds pf_addr for a clock at least
+        # (pf_valid), so the slot is current whenever pf_addr loads from it (Asserts below).
+        la_slot, pf_slot = Signal(64), Signal(64)
+        m.d.sync += [la_slot.eq(ring_slot(la_ring, la_next)), pf_slot.eq(ring_addr(pf_ci))]
         with m.If(~pf_valid):
-            m.d.sync += [pf_addr.eq(Mux(la_raise, la_addr, Mux(la_valid, ring_slot(la_ring, la_next), ring_addr(pf_ci)))),
+            m.d.sync += [pf_addr.eq(Mux(la_raise, la_addr, Mux(la_valid, la_slot, pf_slot))),
                          pf_short.eq(Mux(la_raise, la_short_next, Mux(la_valid, la_short, ~ud)))]
+        m.d.sync += [Assert(~pf_raise | (pf_slot == ring_addr(pf_ci)), "engine: pf_slot stale at a raise\n"),
+                     Assert(~la_more | (la_slot == ring_slot(la_ring, la_next)), "engine: la_slot stale at a raise\n")]
         with m.If(pf_raise):
             m.d.sync += [pf_valid.eq(1), pf_ci.eq(pf_ci + 1)]
         with m.If(la_raise):
