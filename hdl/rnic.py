@@ -167,7 +167,7 @@ class Rnic(wiring.Component):
         wiring.connect(m, cache.resp, eng.qpc_resp)
 
         # packets: descriptors and payload into the builder, frames through the gate
-        m.submodules.desc_q = dq = BlockFIFO(width=DescriptorLayout.size, depth=self.desc_queue)
+        m.submodules.desc_q = dq = BlockFIFO(width=DescriptorLayout.size, depth=self.desc_queue, fabric_out=True)
         # Store and forward: a descriptor goes to the builder only once its packet's payload has all
         # arrived (the reader's statuses come in packet order), so a started frame never waits for
         # host memory; the payload queue holds a whole packet (checked in __init__).
