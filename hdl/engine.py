@@ -417,14 +417,22 @@ class DescriptorEngine(wiring.Component):
         # else from the registers a clock before (la_qpn, la_ci and qpn change clocks before a Fetch)
         la_here = Signal()
 
+        # Fetch's AR goes out through the AR register like the prefetcher's, from fetch_slot: the
+        # slot of issue_ci, a flip-flop a clock behind it (issue_moved: issue_ci changed at the last
+        # edge, Fetch waits a clock)
+        issue_moved = Signal()
+        m.d.sync += issue_moved.eq(0)
+
         def set_issue_ci(ci):
-            m.d.sync += [issue_ci.eq(ci), next_ci.eq(ci + 1), la_here.eq((la_qpn == qpn) & (la_ci == ci))]
+            m.d.sync += [issue_ci.eq(ci), next_ci.eq(ci + 1), la_here.eq((la_qpn == qpn) & (la_ci == ci)),
+                         issue_moved.eq(1)]
         pf_n = Signal(range(kpf + 1))
         pf_ci = Signal(16)
         pf_valid = Signal()
         pf_addr = Signal(64)
         ring_layout = data.StructLayout({"lo": 15, "hi": 43, "hi1": 43, "mask": 15})
-        fetch_ar = Signal()
+        fetch_raise = Signal()         # Fetch asks for issue_ci's WQE
+        fetch_st = Signal()            # the FSM is in Fetch (set after the FSM)
         fetching = Signal()            # Fetch, Fetch-R, Fetched: the prefetcher waits (wqe is not whole)
 
         # An SQ ring as the slot address needs it, taken apart when a context is loaded: a ring holds
@@ -484,8 +492,7 @@ class DescriptorEngine(wiring.Component):
         pf_short = Signal()            # the prefetcher's or lookahead's AR is a short one
         full_read = Signal()           # Fetch reads the WQE in full (an inline WQE read short)
         m.d.comb += [axi.arsize.eq(exact_log2(ww // 8)), axi.arburst.eq(1), axi.bready.eq(1),
-                     axi.arlen.eq(Mux(Mux(pf_valid, pf_short, ~full_read & ~ud), ns - 1, nb - 1)),
-                     axi.arvalid.eq(pf_valid | fetch_ar), axi.araddr.eq(Mux(pf_valid, pf_addr, ring_addr(issue_ci))),
+                     axi.arlen.eq(Mux(pf_short, ns - 1, nb - 1)), axi.arvalid.eq(pf_valid), axi.araddr.eq(pf_addr),
                      axi.rready.eq(wqe_beats.w_rdy), wqe_beats.w_en.eq(axi.rvalid),
                      wqe_beats.w_data.eq(Cat(axi.rdata, axi.rresp[1], axi.rlast))]
         with m.If(pf_valid & axi.arready):
@@ -516,29 +523,36 @@ class DescriptorEngine(wiring.Component):
         peeked = Signal()
         la_rts = Signal()              # the peeked QP was in RTS: the next turn may start by Handoff
         m.d.comb += la_more.eq(la_valid & (la_todo != 0) & ~pf_valid & ~la_hold)
-        pf_asked = pf_raise | la_raise | la_more | (fetch_ar & axi.arready)    # a WQE burst asked for
+        pf_asked = pf_raise | la_raise | la_more | fetch_raise    # a WQE burst asked for
         m.d.sync += pf_n.eq(pf_n + pf_asked - pf_taken)
         quota_stale = Signal(init=1)   # (see quota_read below)
         m.d.sync += quota_stale.eq(pf_asked | pf_taken | fetching | info.w_en | info.r_en)
         m.d.sync += Assert((pf_n != kpf) | ~pf_asked | pf_taken,
                            "engine: more WQE bursts asked for than the queue holds\n")
         la_short = Signal()
-        # The AR register's address and length load in every clock without an AR held, from the
-        # burst that would be raised (the lookahead's first, its next, or the prefetcher's): which one
-        # is raised then only sets pf_valid, and no raise decision reaches the 64-bit address mux.
-        # At most one raise in a clock (pf_raise needs ~la_valid, la_more la_valid, la_raise Peek-Go).
-        m.d.sync += Assert((pf_raise + la_raise + la_more <= 1) & ~(la_raise & la_valid),
+        # The AR register (every WQE burst's AR leaves the engine from it) loads its address and
+        # length in every clock without an AR held, from the burst that would be raised (Fetch's,
+        # the lookahead's first, its next, or the prefetcher's): which one is raised then only sets
+        # pf_valid, and no raise decision reaches the 64-bit address mux. At most one raise in a
+        # clock (pf_raise needs ~fetching, la_more ~la_hold (Fetch) and la_valid, la_raise Peek-Go).
+        m.d.sync += Assert((pf_raise + la_raise + la_more + fetch_raise <= 1) & ~(la_raise & la_valid),
                            "engine: two WQE bursts raised at once\n")
         # The lookahead's next slot and the prefetcher's are flip-flops themselves, a clock behind
         # la_next / pf_ci: those move only on a raise, which holds pf_addr for a clock at least
         # (pf_valid), so the slot is current whenever pf_addr loads from it (Asserts below).
-        la_slot, pf_slot = Signal(64), Signal(64)
-        m.d.sync += [la_slot.eq(ring_slot(la_ring, la_next)), pf_slot.eq(ring_addr(pf_ci))]
+        la_slot, pf_slot, fetch_slot = Signal(64), Signal(64), Signal(64)
+        m.d.sync += [la_slot.eq(ring_slot(la_ring, la_next)), pf_slot.eq(ring_addr(pf_ci)),
+                     fetch_slot.eq(ring_addr(issue_ci))]
         with m.If(~pf_valid):
-            m.d.sync += [pf_addr.eq(Mux(la_raise, la_addr, Mux(la_valid, la_slot, pf_slot))),
-                         pf_short.eq(Mux(la_raise, la_short_next, Mux(la_valid, la_short, ~ud)))]
+            m.d.sync += [pf_addr.eq(Mux(fetch_st, fetch_slot, Mux(la_raise, la_addr, Mux(la_valid, la_slot, pf_slot)))),
+                         pf_short.eq(Mux(fetch_st, ~full_read & ~ud,
+                                         Mux(la_raise, la_short_next, Mux(la_valid, la_short, ~ud))))]
         m.d.sync += [Assert(~pf_raise | (pf_slot == ring_addr(pf_ci)), "engine: pf_slot stale at a raise\n"),
-                     Assert(~la_more | (la_slot == ring_slot(la_ring, la_next)), "engine: la_slot stale at a raise\n")]
+                     Assert(~la_more | (la_slot == ring_slot(la_ring, la_next)), "engine: la_slot stale at a raise\n"),
+                     Assert(~fetch_raise | (fetch_slot == ring_addr(issue_ci)), "engine: fetch_slot stale at a raise\n"),
+                     Assert(~fetch_raise | ~pf_valid, "engine: Fetch raised beside a held AR\n")]
+        with m.If(fetch_raise):
+            m.d.sync += pf_valid.eq(1)
         with m.If(pf_raise):
             m.d.sync += [pf_valid.eq(1), pf_ci.eq(pf_ci + 1)]
         with m.If(la_raise):
@@ -803,11 +817,10 @@ class DescriptorEngine(wiring.Component):
                 with m.Elif(pf_n != 0):
                     m.d.comb += next_take.eq(1)               # drop what the chain did not use
                     m.d.sync += [la_valid.eq(0), peeked.eq(0)]
-                with m.Else():
-                    m.d.comb += fetch_ar.eq(1)
-                    with m.If(axi.arready):
-                        m.d.sync += pf_ci.eq(next_ci)
-                        m.next = "Fetch-R"
+                with m.Elif(~issue_moved):
+                    m.d.comb += fetch_raise.eq(1)
+                    m.d.sync += pf_ci.eq(next_ci)
+                    m.next = "Fetch-R"
             with m.State("Fetch-R"):
                 m.d.comb += [fetching.eq(1), next_take.eq(1)]
                 with m.If(next_valid):
@@ -1136,6 +1149,8 @@ class DescriptorEngine(wiring.Component):
                      fsm_status.eq(reduce(operator.or_, (Mux(fsm.ongoing(st), v, 0) for st, (_, v) in report_fields.items())))]
         m.d.comb += cq_wait.eq(fsm.ongoing("Complete-Wait") | fsm.ongoing("CQ-DB-Wait"))
         m.d.sync += Assert(~cqw.err.valid | cq_wait, "engine: a completion writer report outside its wait\n")
+
+        m.d.comb += fetch_st.eq(fsm.ongoing("Fetch"))
 
         # qpc_resp.ready is 1 (see request()): a response outside these states would be lost. An
         # assertion in simulation (Verilator --assert); synthesis removes it.
