@@ -8,9 +8,6 @@ error the model (:meth:`rnic.model.engine.EngineModel._complete`) reports is rep
 same order, one per clock on ``err``.
 """
 
-import operator
-from functools import reduce
-
 from amaranth import Const, Module, Mux, Signal
 from amaranth.hdl import Assert
 from amaranth.lib import data, enum, stream, wiring
@@ -19,6 +16,7 @@ from amaranth.lib.wiring import In, Out
 from ..model.regs import ErrBit
 from ..model.wqe import CQE_FLAG_SQ, CQE_FIELDS, CQC_FIELDS, CqeStatus, CqState
 from .bus import AXI4Signature
+from .prim import by_state
 
 __all__ = ["CqOp", "cq_cmd_layout", "err_layout", "CqeWriter"]
 
@@ -98,7 +96,7 @@ class CqeWriter(wiring.Component):
         # The addresses, the ring's fill and its size are flip-flops, loaded every clock from
         # registers that settle a clock before their users: ``c`` (Idle) before Read-AR, the
         # context's first beat (pi, ci, log_size) a beat before Read-Check, ring_base (the last
-        # beat) a state before CQE-AW. No adder sits on the AXI address or a state decision.
+        # beat) and ``size`` a state before CQE-AW. No adder sits on the AXI address or a state decision.
         bad_cqn = Signal()                 # cqn >= CQ_SIZE, registered as Idle takes the command
         ctx_addr = Signal(64)
         size = Signal(17)
@@ -108,7 +106,7 @@ class CqeWriter(wiring.Component):
             ctx_addr.eq((self.cq_base & ~0x1F) + (c.cqn << 5)),
             size.eq(Const(1, 17) << log_size[:4]),
             used.eq(pi - ci),
-            slot_addr.eq((ring_base & ~0x1F) + ((pi & ((Const(1, 17) << log_size[:4]) - 1)[:16]) << 5)),
+            slot_addr.eq((ring_base & ~0x1F) + ((pi & (size - 1)[:16]) << 5)),
         ]
 
         cqe = Signal(cqe_layout)
@@ -262,10 +260,9 @@ class CqeWriter(wiring.Component):
             "Overflow-Report": (ErrBit.CQ_OVERFLOW, CqeStatus.CQ_OVERFLOW),
             "Drop": (ErrBit.CQE_DROPPED, 0),
         })
-        # an AND-OR of the states (one-hot), not a priority chain
         m.d.comb += [
             self.err.qpn.eq(err_qpn),
-            self.err.bit.eq(reduce(operator.or_, (Mux(fsm.ongoing(st), int(b), 0) for st, (b, _) in report_fields.items()))),
-            self.err.status.eq(reduce(operator.or_, (Mux(fsm.ongoing(st), int(v), 0) for st, (_, v) in report_fields.items()))),
+            self.err.bit.eq(by_state(fsm, {st: int(b) for st, (b, _) in report_fields.items()})),
+            self.err.status.eq(by_state(fsm, {st: int(v) for st, (_, v) in report_fields.items()})),
         ]
         return m

@@ -36,9 +36,6 @@ turn boundary, which ``docs/engine.md`` allows). A partly sent message keeps its
 ready-list entry; its WQE is read again at the next turn.
 """
 
-import operator
-from functools import reduce
-
 from amaranth import Cat, Const, Module, Mux, Signal
 from amaranth.hdl import Assert
 from amaranth.lib import data, stream, wiring
@@ -56,6 +53,7 @@ from .bus import AXI4Signature, PacketStream
 from .completion import CqeWriter, CqOp, cq_cmd_layout, err_layout
 from .descriptor import DescriptorLayout
 from .fifo import BlockFIFO, check_credit
+from .prim import by_state
 from .qp_cache import Op, QpState, Status, cached_layout, request_layout, response_layout
 
 __all__ = ["wqe_layout", "inc_layout", "doorbell_layout", "cq_doorbell_layout", "rd_cmd_layout",
@@ -1144,9 +1142,8 @@ class DescriptorEngine(wiring.Component):
             "Fetched": (Mux(rerr, ErrBit.BUS_WQE, ErrBit.WQE_ERROR), Mux(rerr, CqeStatus.WQE_FETCH_ERR, validate)),
             "Commit": (ErrBit.BUS_PAYLOAD, CqeStatus.PAYLOAD_READ_ERR),
         }
-        # an AND-OR of the states (one-hot), not a priority chain
-        m.d.comb += [fsm_bit.eq(reduce(operator.or_, (Mux(fsm.ongoing(st), b, 0) for st, (b, _) in report_fields.items()))),
-                     fsm_status.eq(reduce(operator.or_, (Mux(fsm.ongoing(st), v, 0) for st, (_, v) in report_fields.items())))]
+        m.d.comb += [fsm_bit.eq(by_state(fsm, {st: b for st, (b, _) in report_fields.items()})),
+                     fsm_status.eq(by_state(fsm, {st: v for st, (_, v) in report_fields.items()}))]
         m.d.comb += cq_wait.eq(fsm.ongoing("Complete-Wait") | fsm.ongoing("CQ-DB-Wait"))
         m.d.sync += Assert(~cqw.err.valid | cq_wait, "engine: a completion writer report outside its wait\n")
 

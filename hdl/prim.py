@@ -8,6 +8,9 @@ related four-input functions of the same register bits (the packet builder's tem
 selects) came out as a chain of five LUTs, each computing its function from the one before.
 An instantiated ``LUT4`` is kept as it is.
 
+:func:`by_state` selects a value by the state of a one-hot FSM as an AND-OR, not as the priority
+chain of ``m.If`` / ``m.Elif`` (which synthesis keeps in order).
+
 :func:`outreg_ram` is a block RAM read through its own output register, which yosys' ECP5 memory
 mapping never turns on (``DP16KD`` ``REGMODE = "NOREG"``).
 
@@ -15,9 +18,18 @@ Both forms index the same 16-bit truth table with ``Cat(a, b, c, d)`` (``a`` the
 bit), the ``LUT4`` cell's own rule ``Z = INIT[{D, C, B, A}]``.
 """
 
-from amaranth import Cat, ClockSignal, Const, Instance, Signal
+import operator
+from functools import reduce
 
-__all__ = ["lut4", "lut4_init", "outreg_ram", "xor_lut4"]
+from amaranth import Cat, ClockSignal, Const, Instance, Mux, Signal
+
+__all__ = ["by_state", "lut4", "lut4_init", "outreg_ram", "xor_lut4"]
+
+
+def by_state(fsm, values):
+    """``values[state]`` while ``fsm`` (an Amaranth FSM, recoded one-hot in synthesis) is in that
+    state, 0 in every other state: the OR over the states of ``Mux(fsm.ongoing(state), value, 0)``."""
+    return reduce(operator.or_, (Mux(fsm.ongoing(state), value, 0) for state, value in values.items()))
 
 
 def lut4_init(fn, n_inputs):
