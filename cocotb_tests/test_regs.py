@@ -403,8 +403,10 @@ async def test_random_access(dut):
 
 @cocotb.test()
 async def test_sgid_port(dut):
-    """SGID table read port: outputs show the entry sgid_index selected one clock earlier. Then a
-    reset in mid-test: the whole table reads 0 again, and a write right after the reset lands."""
+    """SGID table read port: outputs show the entry sgid_index selected one clock earlier, and hold
+    a clock after an AR handshake (the bus's read takes the table's one read port), while random
+    bus reads of the table run beside it and return the model's values. Then a reset in mid-test:
+    the whole table reads 0 again, and a write right after the reset lands."""
     tb = TB(dut, "sgid")
     await tb.reset()
     rng = tb.rng
@@ -431,6 +433,33 @@ async def test_sgid_port(dut):
             assert got == entry(history[-2]), f"clock {k}: SGID port shows {got}, entry {history[-2]} is {entry(history[-2])}"
             if history[-1] != history[-2]:
                 assert got != entry(history[-1]) or entry(history[-1]) == entry(history[-2]), "SGID port not registered"
+
+    # Bus reads beside the port: in a clock with an AR handshake the port's registers hold.
+    sgid_offsets = [REG[f"SGID{i}_{f}"].offset for i in range(SGID_ENTRIES) for f in fields]
+    stop = []
+
+    async def reader():
+        while not stop:
+            await tb.check(rng.choice(sgid_offsets), "SGID read beside the port")
+            for _ in range(rng.randrange(3)):
+                await tb.edge
+
+    task = cocotb.start_soon(reader())
+    shown, holds = None, 0                                  # the port's registers after the last edge
+    for k in range(600):
+        idx = rng.randrange(SGID_ENTRIES) if rng.random() < 0.3 else history[-1]
+        dut.sgid_index.value = idx
+        await tb.edge
+        history.append(idx)
+        got = (_u(dut.sgid_gid), _u(dut.sgid_mac), int(dut.sgid_vlan_id.value), int(dut.sgid_vlan_present.value))
+        assert shown is None or got == shown, f"clock {k} with reads: SGID port shows {got}, want {shown}"
+        if int(dut.s_axil__arvalid.value) and int(dut.s_axil__arready.value):
+            holds += 1
+        else:
+            shown = entry(idx)
+    stop.append(1)
+    await task
+    assert holds > 50, f"only {holds} AR handshakes beside the port"
 
     # A reset zeroes the table (the block writes zeros for 16 clocks after it); a write issued right
     # after the reset waits for that and then lands.

@@ -126,6 +126,10 @@ class DescriptorEngine(wiring.Component):
         The completion writer's accesses.
     desc : Out(stream of DescriptorLayout)
         To the packet builder, one per packet, in wire order.
+    sgid_index : Out(4); sgid_gid, sgid_mac, sgid_vlan_id, sgid_vlan_present : In
+        The register block's SGID table entry for the turn's QP, read two clocks or more after
+        ``sgid_index`` last changed (an ``Assert`` checks it in simulation): the register block's
+        port is current only then.
     rd_cmd : Out(stream of :data:`rd_cmd_layout`), group : Out(stream)
         One each per packet, to the payload reader and to :class:`FrameGate`.
     status : In(stream)
@@ -318,6 +322,9 @@ class DescriptorEngine(wiring.Component):
         m.d.comb += is_read.eq(op == WqeOpcode.RDMA_READ)
         self_sgid = ctx.sgid_index
         m.d.comb += self.sgid_index.eq(self_sgid[:4])
+        sgid_last, sgid_same_d = Signal(4), Signal()     # for the Assert in Issue only
+        sgid_settled = (sgid_last == self.sgid_index) & sgid_same_d     # the same for three clocks
+        m.d.sync += [sgid_last.eq(self.sgid_index), sgid_same_d.eq(sgid_last == self.sgid_index)]
 
         # The WQE's check against its QP (0 or a CQE status), made on the WQE as it is fetched
         # (wqe_next) and registered with it: the context fields it reads do not change within a turn.
@@ -905,6 +912,7 @@ class DescriptorEngine(wiring.Component):
                         m.next = "Turn-End"
 
             with m.State("Issue"):
+                m.d.sync += Assert(sent[0] | sgid_settled, "engine: a descriptor within two clocks of a new sgid_index\n")
                 m.d.comb += [self.desc.valid.eq(~sent[0]), self.rd_cmd.valid.eq(~sent[1]),
                              self.group.valid.eq(~sent[2])]
                 now = Cat(sent[0] | self.desc.ready, sent[1] | self.rd_cmd.ready, sent[2] | self.group.ready)

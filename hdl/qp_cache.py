@@ -218,7 +218,10 @@ class QpCache(wiring.Component):
         rp = data_mem.read_port()            # not transparent: see fwd_rec
         # A copy of the mutable bytes, written with the data memory, with its own read port for the
         # write-backs (the MSHR's victim, the control FSM's entry), so they never take rp from s1.
-        m.submodules.mut_mem = mut_mem = Memory(shape=unsigned(MUTABLE_BYTES * 8), depth=E, init=[])
+        # In block RAM (yosys would take LUT RAM, six LUT4s' worth per 16 x 4 bits): its reader
+        # never reads the entry written at the same edge (an Assert below), so no collision logic.
+        m.submodules.mut_mem = mut_mem = Memory(shape=unsigned(MUTABLE_BYTES * 8), depth=E, init=[],
+                                                attrs={"ram_style": "block", "no_rw_check": 1})
         mut_wp = mut_mem.write_port()
         mut_rp = mut_mem.read_port()
 
@@ -478,6 +481,8 @@ class QpCache(wiring.Component):
             mut_rp.addr.eq(wb_idx),
             mut_rp.en.eq(mshr_rd | ctrl_rd),
         ]
+        m.d.sync += Assert(~(mut_rp.en & mut_wp.en & (mut_rp.addr == mut_wp.addr)),
+                           "qp_cache: mut_mem read of the entry written at the same edge\n")
         s2_writes = Signal()         # s2 writes its record to the data memory at this edge
 
         # s2 loads whenever it is free: the MSHR's install, else s1's request (valid if it advances)

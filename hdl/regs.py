@@ -30,7 +30,10 @@ Timing:
   AW/W is accepted once the previous write has taken effect, at most one write per two clocks.
 * read: ``rdata`` is registered at the AR handshake (one clock later ``rvalid``), one read per two
   clocks. Read and write channels are independent.
-* SGID table port: ``sgid_*`` show the entry ``sgid_index`` selected in the previous clock.
+* SGID table port: ``sgid_*`` show the entry ``sgid_index`` selected in the previous clock, except
+  after a clock with an AR handshake: the table has one read port, which the bus's read takes in
+  that clock, and ``sgid_*`` hold a clock. So they are current two clocks after ``sgid_index``
+  settles (reads are at most one per two clocks).
 * SGID table after reset: the memories are not reset; for 16 clocks after reset the block writes
   zeros into them, one entry per clock. Meanwhile an SGID write waits (it is not acknowledged) and
   an SGID read returns 0, so software sees the reset value 0; ``sgid_*`` may show an entry's
@@ -139,7 +142,8 @@ class RegisterBlock(wiring.Component):
     sgid_index : ``In(4)``
         SGID table entry to read.
     sgid_gid, sgid_mac, sgid_vlan_id, sgid_vlan_present : ``Out(128)``, ``Out(48)``, ``Out(12)``, ``Out(1)``
-        Registered: the entry ``sgid_index`` selected in the previous clock.
+        Registered: the entry ``sgid_index`` selected in the previous clock, or two clocks before
+        after an AR handshake (see Timing): current two clocks after ``sgid_index`` settles.
     doorbell : ``Out(stream.Signature(doorbell_layout))``
         One transfer per DB_SQ_PI write, ``(DB_QPN, written value)``, in write order, through a
         4-deep FIFO. While the FIFO is full the DB_SQ_PI write is not acknowledged (it waits): a
@@ -451,9 +455,10 @@ class RegisterBlock(wiring.Component):
                 m.d.sync += c.eq(Mux(step, c + 1, c))
 
         # --- SGID table: one memory per field, 16 entries, byte-writable ------------------------------
-        # Each has two synchronous read ports: the engine's (sgid_index, every clock) and the bus's
-        # (loaded at the AR handshake, so it holds until the next read). After reset the table is written
-        # with zeros, one entry per clock (16 clocks): meanwhile SGID writes wait and reads return 0.
+        # Each has one read port (LUT RAM has one read port per copy): the bus's address in the clock
+        # of an AR handshake, loading the bus's register (which holds until the next read), else
+        # sgid_index, loading the engine's. After reset the table is written with zeros, one entry
+        # per clock (16 clocks): meanwhile SGID writes wait and reads return 0.
         clr = Signal(4)
         r_valid = Signal()
         with m.If(sgid_clearing):
@@ -467,15 +472,20 @@ class RegisterBlock(wiring.Component):
             mem = Memory(shape=width, depth=SGID_ENTRIES, init=[])
             m.submodules[f"sgid_{field.lower()}"] = mem
             wp = mem.write_port(granularity=8)
-            eng_rp = mem.read_port()
-            bus_rp = mem.read_port()
+            rp = mem.read_port(domain="comb")
+            eng_q = Signal(width, name=f"sgid_{field.lower()}_eng")
+            bus_q = Signal(width, name=f"sgid_{field.lower()}_bus")
             with m.If(sgid_clearing):
                 m.d.comb += [wp.addr.eq(clr), wp.data.eq(0), wp.en.eq(-1)]
             with m.Else():
                 m.d.comb += [wp.addr.eq(sgid_entry), wp.data.eq(w_bits[:width]),
                              wp.en.eq(Mux(go & sgid_field[k], Cat(w_mask[8 * i] for i in range(width // 8)), 0))]
-            m.d.comb += [eng_rp.addr.eq(self.sgid_index), bus_rp.addr.eq(bus.araddr[5:9]), bus_rp.en.eq(ar)]
-            eng_rd[field], bus_rd[field] = eng_rp.data, bus_rp.data
+            m.d.comb += rp.addr.eq(Mux(ar, bus.araddr[5:9], self.sgid_index))
+            with m.If(ar):
+                m.d.sync += bus_q.eq(rp.data)
+            with m.Else():
+                m.d.sync += eng_q.eq(rp.data)
+            eng_rd[field], bus_rd[field] = eng_q, bus_q
 
         # --- read channel -------------------------------------------------------------------------------
         # Two steps: at the AR handshake each 8-word bank registers its word selected by araddr[4:2]
@@ -525,7 +535,7 @@ class RegisterBlock(wiring.Component):
             self.port_lid.eq(store["PORT_LID"]),
         ]
 
-        # --- SGID table port: the engine's read ports, registered in the memories ------------------------
+        # --- SGID table port: the engine's read registers ------------------------------------------------
         m.d.comb += [
             self.sgid_gid.eq(Cat(eng_rd["GID0"], eng_rd["GID1"], eng_rd["GID2"], eng_rd["GID3"])),
             self.sgid_mac.eq(Cat(eng_rd["MAC_LO"], eng_rd["MAC_HI"])),
