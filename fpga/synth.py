@@ -202,6 +202,16 @@ def _over(counts: dict, dev: Device) -> list[str]:
     return [f"{counts[k]} {label} > {getattr(dev, k)}" for k, label in names if counts.get(k, 0) > getattr(dev, k)]
 
 
+_UTIL_LINE = re.compile(r"^Info:\s+(\w+):\s+(\d+)/\s*(\d+)\s+\d+%", re.M)
+
+
+def packed_over(log_text: str) -> dict[str, tuple[int, int]]:
+    """The cell types of nextpnr's "Device utilisation" table in ``log_text`` that exceed the
+    device, as ``{type: (used, available)}``."""
+    table = log_text.split("Device utilisation:", 1)[-1].split("\n\n", 1)[0]
+    return {t: (int(u), int(a)) for t, u, a in _UTIL_LINE.findall(table) if int(u) > int(a)}
+
+
 def _read_cells(path: Path) -> dict[str, int]:
     stat = json.loads(path.read_text())
     design = stat.get("design", {})
@@ -240,7 +250,7 @@ def synthesize(component_factory, name: str, *, device: str = "ecp5-25f", target
     t0 = time.monotonic()
     workdir = Path(workdir or Path("build") / "synth" / f"{name}-{device}")
     workdir.mkdir(parents=True, exist_ok=True)
-    for stale in ("report.json", "stat.json", "nextpnr.log", "top.json"):
+    for stale in ("report.json", "stat.json", "nextpnr.log", "pack.log", "top.json"):
         (workdir / stale).unlink(missing_ok=True)
     top = _PortRegisters(component_factory())
     il = rtlil.convert(top, name="top", platform=_Target(dev.family))
@@ -280,6 +290,19 @@ def synthesize(component_factory, name: str, *, device: str = "ecp5-25f", target
         return finish(False, **estimate, fmax_mhz={}, timing_met=None, fits=True,
                       message=f"fits {device} by yosys' cell counts; place-and-route skipped: nextpnr-ice40 has "
                               f"no out-of-context mode and the {port_bits} port bits exceed the {dev.io} I/O pins")
+
+    if dev.family == "ecp5":
+        # Packing takes seconds; a design over the device after it (yosys' count is a lower
+        # bound) would keep the placer searching for a legal placement for hours.
+        _run([pnr, *dev.nextpnr_args, "--json", "top.json", "--out-of-context", "--pack-only",
+              "--log", "pack.log", "-q"], workdir, workdir / "pack.out")
+        over = packed_over((workdir / "pack.log").read_text())
+        if over:
+            packed = dict(estimate, lut4=over.get("TRELLIS_COMB", (estimate["lut4"],))[0])
+            return finish(False, **packed, fmax_mhz={}, timing_met=None, fits=False,
+                          message=f"does not fit {device}: " +
+                                  ", ".join(f"{u} {t} > {a}" for t, (u, a) in over.items()) +
+                                  " after nextpnr's packing; placement skipped")
 
     cmd = [pnr, *dev.nextpnr_args, "--json", "top.json", "--freq", str(target_mhz), "--seed", str(seed),
            "--timing-allow-fail", "--report", "report.json", "--log", "nextpnr.log", "-q"]

@@ -307,3 +307,16 @@ def test_pnr_report_parsing():
     assert synth.pnr_fmax({"fmax": {"clk": {"achieved": 144.2}}}) == {"clk": 144.2}
     assert synth.ecp5_used(report) == {"lut4": 35035, "ff": 0, "bram": 34, "lutram": 0, "dsp": 0}
 
+
+
+def test_packed_over_reads_nextpnrs_utilisation_table():
+    log = ("Info: Packing FFs...\nInfo:     11004 FFs paired with LUTs.\n\nInfo: Device utilisation:\n"
+           "Info: \t          TRELLIS_IO:       0/    197     0%\n"
+           "Info: \t              DP16KD:      38/     56    67%\n"
+           "Info: \t          TRELLIS_FF:   20058/  24288    82%\n"
+           "Info: \t        TRELLIS_COMB:   24804/  24288   102%\n"
+           "Info: \t        TRELLIS_RAMW:     484/   3036    15%\n\n"
+           "Info: Placed 0 cells based on constraints.\nInfo:     at iteration 1: 99999/ 100 10%\n")
+    assert synth.packed_over(log) == {"TRELLIS_COMB": (24804, 24288)}
+    assert synth.packed_over(log.replace("24804", "24288")) == {}
+    assert synth.packed_over("no table here") == {}
