@@ -23,7 +23,26 @@ from functools import reduce
 
 from amaranth import Cat, ClockSignal, Const, Instance, Mux, Signal
 
-__all__ = ["by_state", "lut4", "lut4_init", "outreg_ram", "xor_lut4"]
+__all__ = ["block_read", "by_state", "lut4", "lut4_init", "outreg_ram", "xor_lut4"]
+
+
+class _BlockRead:
+    def __init__(self, addr, en, data):
+        self.addr, self.en, self.data = addr, en, data
+
+
+def block_read(m, memory, name):
+    """A synchronous read port of ``memory`` (for block RAM): ``addr`` and ``en`` in, ``data``
+    taking the entry at ``addr`` at each edge with ``en`` and holding otherwise, as
+    ``memory.read_port()``. It is an asynchronous port followed by a reset-less register: yosys
+    merges that into an ECP5 ``DP16KD``, while Amaranth's synchronous port (its data has an
+    initial value) gets a flip-flop and a LUT4 per bit beside the RAM."""
+    port = memory.read_port(domain="comb")
+    en = Signal(name=f"{name}_en")
+    data = Signal(port.data.shape(), reset_less=True, name=f"{name}_data")
+    with m.If(en):
+        m.d.sync += data.eq(port.data)
+    return _BlockRead(port.addr, en, data)
 
 
 def by_state(fsm, values):

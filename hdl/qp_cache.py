@@ -42,7 +42,7 @@ from ..model import qpc as _model
 from ..model.qpc import (ARG_WIDTH, CACHED_BITS, CACHED_BYTES, COUNTER_NAMES, COUNTER_WIDTH, MUTABLE_BYTES,
                          QPC_FIELDS, QPN_WIDTH, RECORD_BITS, RECORD_BYTES, QpcCacheConfig)
 from .bus import AXI4Signature
-from .prim import lut4
+from .prim import block_read, lut4
 
 __all__ = ["Op", "CtrlOp", "Status", "QpState", "record_layout", "cached_layout", "request_layout",
            "response_layout", "ctrl_layout", "ack_layout", "counters_layout", "QpCache", "QpcCacheConfig"]
@@ -213,9 +213,12 @@ class QpCache(wiring.Component):
                          for b in range(ceil_log2(len(onehot)))])
 
         # ---- storage ------------------------------------------------------------------------
-        m.submodules.data_mem = data_mem = Memory(shape=unsigned(CACHED_BITS), depth=E, init=[])
+        # In block RAM (yosys would take LUT RAM for 16 entries, six LUT4s' worth per 16 x 4 bits);
+        # a read that meets a write of its entry is not used (fwd_rec), so no collision logic.
+        m.submodules.data_mem = data_mem = Memory(shape=unsigned(CACHED_BITS), depth=E, init=[],
+                                                  attrs={"ram_style": "block", "no_rw_check": 1})
         wp = data_mem.write_port()
-        rp = data_mem.read_port()            # not transparent: see fwd_rec
+        rp = block_read(m, data_mem, "rp")   # not transparent: see fwd_rec
         # A copy of the mutable bytes, written with the data memory, with its own read port for the
         # write-backs (the MSHR's victim, the control FSM's entry), so they never take rp from s1.
         # In block RAM (yosys would take LUT RAM, six LUT4s' worth per 16 x 4 bits): its reader
@@ -223,7 +226,7 @@ class QpCache(wiring.Component):
         m.submodules.mut_mem = mut_mem = Memory(shape=unsigned(MUTABLE_BYTES * 8), depth=E, init=[],
                                                 attrs={"ram_style": "block", "no_rw_check": 1})
         mut_wp = mut_mem.write_port()
-        mut_rp = mut_mem.read_port()
+        mut_rp = block_read(m, mut_mem, "mut_rp")
 
         # Tags: one row per set, one QPN lane per way (compared above the set bits), read asynchronously
         # (LUT RAM on the ECP5), so the set selection is the memory's own decoder. Two copies (yosys
@@ -491,6 +494,8 @@ class QpCache(wiring.Component):
         s1_upd = s1_req.op != Op.LOOKUP
         s2v_next = mshr_load | (s1_advance & ~s1_miss)
         fwd_next = mshr_load | (s2_writes & (s2_idx == s1_idx_r))
+        m.d.sync += Assert(~(rp.en & wp.en & (rp.addr == wp.addr)) | fwd_next | ~s2v_next,
+                           "qp_cache: data_mem read of the entry written at the same edge, used\n")
         with m.If(s2_free):
             m.d.sync += [
                 s2_valid.eq(s2v_next),
