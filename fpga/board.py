@@ -35,7 +35,7 @@ from pathlib import Path
 from amaranth import Cat, ClockDomain, ClockSignal, Elaboratable, Module, Mux, Signal
 from amaranth.lib.cdc import FFSynchronizer, ResetSynchronizer
 
-from .synth import FSM_ONE_HOT
+from .synth import FSM_ONE_HOT, SMALL_ALU_TO_LUTS
 
 __all__ = ["BOARDS", "BoardTop", "board_platform", "build_board"]
 
@@ -79,6 +79,15 @@ class BoardTop(Elaboratable):
         return m
 
 
+def yosys_overrides(name: str) -> dict:
+    """The platform's yosys script overrides: the design's Asserts removed (they are for
+    simulation), FSMs one-hot and ``synth_ecp5`` in two halves with small adders mapped to LUTs
+    between them, as :mod:`rnic.fpga.synth` does."""
+    return {"synth_opts": "-abc9 -run begin:map_gates",
+            "script_after_read": f"chformal -remove\n{FSM_ONE_HOT}",
+            "script_after_synth": f"{SMALL_ALU_TO_LUTS}\nsynth_ecp5 -abc9 -top {name} -run map_gates:"}
+
+
 def build_board(board: str, out: Path, *, seed: int = 1, router: str | None = None, **selftest_kwargs) -> dict:
     """Build the bitstream of the self-test for ``board`` in ``out`` (a relative folder: YoWASP
     tools cannot see absolute paths into the system temp folder). Returns the report that is also
@@ -100,9 +109,7 @@ def build_board(board: str, out: Path, *, seed: int = 1, router: str | None = No
     top = BoardTop(**selftest_kwargs)
     try:
         # prepare + execute, not build(): build() also demands the board's programmer (openFPGALoader)
-        # chformal -remove: the design's Asserts are for simulation; FSMs one-hot as in synth.py
-        plan = platform.prepare(top, name="selftest", synth_opts="-abc9",
-                                script_after_read=f"chformal -remove\n{FSM_ONE_HOT}",
+        plan = platform.prepare(top, name="selftest", **yosys_overrides("selftest"),
                                 nextpnr_opts=f"--seed {seed} --report report.json"
                                              + (f" --router {router}" if router else ""))
         plan.execute_local(str(out))

@@ -14,6 +14,9 @@ pins; otherwise place-and-route is skipped and Fmax is not measured.
 
 ECP5 place-and-route is skipped too when yosys' counts alone already exceed the device.
 
+On ECP5, adders and comparators of up to 6 bits are LUT4s rather than carry chains
+(:data:`SMALL_ALU_TO_LUTS`, also in the board flow).
+
 Every Amaranth FSM's state register (``fsm_state``, ``<name>_fsm_state``) is recoded one-hot
 (:data:`FSM_ONE_HOT`, also in the board flow): yosys leaves a register with an init value alone,
 and Amaranth gives every FSM one, so without it the 46-state engine FSM stays binary and every
@@ -47,7 +50,13 @@ from amaranth.lib import wiring
 #: yosys command that marks every Amaranth FSM's state register for one-hot recoding.
 FSM_ONE_HOT = 'setattr -set fsm_encoding "one-hot" w:*fsm_state'
 
-__all__ = ["FSM_ONE_HOT", "DEVICES", "Device", "synthesize", "tool_versions", "yosys_counts", "pnr_fmax", "ecp5_used"]
+#: yosys command, run inside ``synth_ecp5`` (between its ``coarse`` and ``map_gates`` steps), that
+#: maps adders and comparators of up to 6 bits (``$alu`` cells after ``alumacc``) to gates, so they
+#: become LUT4s instead of CCU2C carry chains: nextpnr adds two CCU2C (four TRELLIS_COMB) at the ends
+#: of every chain, which doubles a 3-CCU2C chain (a FIFO's level, a 5-bit counter).
+SMALL_ALU_TO_LUTS = "techmap -map +/techmap.v t:$alu r:Y_WIDTH<=6 %i"
+
+__all__ = ["FSM_ONE_HOT", "SMALL_ALU_TO_LUTS", "DEVICES", "Device", "synthesize", "tool_versions", "yosys_counts", "pnr_fmax", "ecp5_used"]
 
 
 @dataclass(frozen=True)
@@ -258,7 +267,8 @@ def synthesize(component_factory, name: str, *, device: str = "ecp5-25f", target
     port_bits = top.wrapper_ff + 2    # with clk and rst
     t1 = time.monotonic()
 
-    synth = "synth_ecp5 -top top -abc9" if dev.family == "ecp5" else \
+    synth = (f"synth_ecp5 -top top -abc9 -run begin:map_gates; {SMALL_ALU_TO_LUTS}; "
+             f"synth_ecp5 -top top -abc9 -run map_gates:") if dev.family == "ecp5" else \
         "synth_ice40 -top top -abc9" + (" -dsp" if dev.dsp else "")
     _run([yosys, "-q", "-l", "yosys.log", "-p",
           f"read_rtlil top.il; chformal -remove; {FSM_ONE_HOT}; {synth} -json top.json; tee -q -o stat.json stat -json"],

@@ -136,3 +136,14 @@ def test_board_top_pins_and_clock():
     for i, pin in enumerate("B2 C2 C1 D2 D1 E2 E1 H3".split()):
         assert f'LOCATE COMP "led_{i}__io" SITE "{pin}"' in lpf
     assert "synth_ecp5 -abc9" in plan.files["selftest.ys"]
+
+
+def test_board_yosys_script_maps_small_adders_like_synth():
+    pytest.importorskip("amaranth_boards")
+    from rnic.fpga.board import BoardTop, board_platform, yosys_overrides
+    from rnic.fpga.synth import FSM_ONE_HOT, SMALL_ALU_TO_LUTS
+    ys = board_platform("ulx3s-85f").prepare(BoardTop(), name="selftest", **yosys_overrides("selftest")).files["selftest.ys"]
+    lines = [ln.strip() for ln in ys.splitlines() if ln.strip() and not ln.strip().startswith("#")]
+    first = lines.index("synth_ecp5 -abc9 -run begin:map_gates -top selftest")
+    assert lines[first - 2:first] == ["chformal -remove", FSM_ONE_HOT]
+    assert lines[first + 1:first + 3] == [SMALL_ALU_TO_LUTS, "synth_ecp5 -abc9 -top selftest -run map_gates:"]
