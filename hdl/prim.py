@@ -11,6 +11,8 @@ An instantiated ``LUT4`` is kept as it is.
 :func:`by_state` selects a value by the state of a one-hot FSM as an AND-OR, not as the priority
 chain of ``m.If`` / ``m.Elif`` (which synthesis keeps in order).
 
+:func:`block_read` is a block RAM's synchronous read in the form yosys maps without extra logic.
+
 :func:`outreg_ram` is a block RAM read through its own output register, which yosys' ECP5 memory
 mapping never turns on (``DP16KD`` ``REGMODE = "NOREG"``).
 
@@ -34,9 +36,10 @@ class _BlockRead:
 def block_read(m, memory, name):
     """A synchronous read port of ``memory`` (for block RAM): ``addr`` and ``en`` in, ``data``
     taking the entry at ``addr`` at each edge with ``en`` and holding otherwise, as
-    ``memory.read_port()``. It is an asynchronous port followed by a reset-less register: yosys
-    merges that into an ECP5 ``DP16KD``, while Amaranth's synchronous port (its data has an
-    initial value) gets a flip-flop and a LUT4 per bit beside the RAM."""
+    ``memory.read_port()``. It is an asynchronous port followed by a reset-less register (as in
+    :class:`~rnic.hdl.fifo.BlockFIFO`): yosys merges that into an ECP5 ``DP16KD``, while through
+    Amaranth's synchronous port it put a flip-flop and a LUT4 per bit beside the RAM (measured on
+    the QP cache's ``mut_mem``; docs/fpga.md)."""
     port = memory.read_port(domain="comb")
     en = Signal(name=f"{name}_en")
     data = Signal(port.data.shape(), reset_less=True, name=f"{name}_data")
