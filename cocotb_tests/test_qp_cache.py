@@ -32,8 +32,8 @@ _MASK32 = (1 << COUNTER_WIDTH) - 1
 
 
 def _cfg_from_env() -> QpcCacheConfig:
-    e, w, t = (int(x) for x in os.environ.get("QPC_CFG", "16,4,8").split(","))
-    return QpcCacheConfig(entries=e, ways=w, tag_width=t)
+    e, w, t, q = (int(x) for x in os.environ.get("QPC_CFG", "16,4,8,24").split(","))
+    return QpcCacheConfig(entries=e, ways=w, tag_width=t, qpn_bits=q)
 
 
 def _fields(layout):
@@ -414,7 +414,9 @@ async def _random_stream(dut, *, table_size, n, locality, latency, backpressure,
     for q in err_qpns:
         tb.table.read_errors[q] = rng.choice([2, 3])
     hot_n = lambda: rng.randint(max(1, cfg.entries // 2), 2 * cfg.entries)   # fits, or thrashes
-    hot = rng.sample(range(table_size), hot_n())
+    # hot QPNs are cacheable; the others span the table (above 2**qpn_bits: BAD_QPN requests)
+    space = range(min(table_size, 1 << cfg.qpn_bits))
+    hot = rng.sample(space, hot_n())
     for i in range(n):
         r = rng.random()
         if r < ctrl_p:
@@ -430,7 +432,7 @@ async def _random_stream(dut, *, table_size, n, locality, latency, backpressure,
             q = rng.choice(err_qpns) if err_qpns and rng.random() < 0.01 else tb.pick_qpn(hot, locality, table_size)
             await tb.issue(op, q, arg)
         if rng.random() < 0.002:
-            hot = rng.sample(range(table_size), hot_n())      # working set moves
+            hot = rng.sample(space, hot_n())                  # working set moves
     await tb.drain()
     tb.check_counters(exact=False)
     await tb.final_flush_and_compare()
@@ -549,7 +551,8 @@ except ImportError:       # inside the simulator
     pytest = None
 
 if pytest is not None:
-    CONFIGS = {"qpc-e16-w4": QpcCacheConfig(16, 4), "qpc-e8-fa": QpcCacheConfig(8, 8)}
+    # qpc-e8-fa also holds only QPNs below 2**10 (Rnic derives the tag width from max_qps)
+    CONFIGS = {"qpc-e16-w4": QpcCacheConfig(16, 4), "qpc-e8-fa": QpcCacheConfig(8, 8, qpn_bits=10)}
 
     def build_config(key):
         from rnic.hdl.qp_cache import QpCache
@@ -561,7 +564,7 @@ if pytest is not None:
         """Build (cached) and run this module's cocotb tests on configuration ``key``."""
         from rnic.sim.toolchain import run, seed_from_env
         cfg, b = build_config(key)
-        env = {"QPC_CFG": f"{cfg.entries},{cfg.ways},{cfg.tag_width}", **(env or {})}
+        env = {"QPC_CFG": f"{cfg.entries},{cfg.ways},{cfg.tag_width},{cfg.qpn_bits}", **(env or {})}
         return run(b, "test_qp_cache", seed=seed_from_env() if seed is None else seed, testcase=testcase,
                    extra_env=env, test_dir=Path(__file__).parent)
 

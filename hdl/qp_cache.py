@@ -167,6 +167,8 @@ class QpCache(wiring.Component):
         Bus address of the table (128-byte aligned; the low 7 bits are ignored).
     table_size : ``In(25)``
         Number of QPs in the table; a QPN at or above it gets ``BAD_QPN``. Change only after FLUSH.
+        A request for a QPN at or above ``2**cfg.qpn_bits`` gets ``BAD_QPN`` too; control operations
+        reach those QPNs in host memory (they are never cached). Tags are ``cfg.qpn_bits`` wide.
     m_axi : ``Out(AXI4Signature(addr_width=64, data_width=64, id_width=4))``
         Host memory. One read and one write burst outstanding at most; ID 0.
     counters : ``Out(counters_layout)``
@@ -195,11 +197,15 @@ class QpCache(wiring.Component):
         way_bits, set_bits = ceil_log2(W), ceil_log2(S)
         idx_bits = max(ceil_log2(E), 1)
         axi = self.m_axi
-        tw = QPN_WIDTH               # a tag lane: the QPN (LUT RAM lanes are multiples of 4 bits)
+        Q = cfg.qpn_bits             # cacheable QPNs are below 2**Q (requests above: BAD_QPN)
+        tw = -(-Q // 4) * 4          # a tag lane: the QPN's low Q bits (LUT RAM lanes are multiples of 4 bits)
 
         def rec_addr(qpn):
             base = Cat(Const(0, _REC_SHIFT), self.qpc_base[_REC_SHIFT:])
             return (base + (qpn << _REC_SHIFT))[:64]
+
+        def bad_qpn(qpn):
+            return (qpn >= self.table_size) | (qpn[Q:].any() if Q < QPN_WIDTH else 0)
 
         def set_of(qpn):
             return qpn[:set_bits] if set_bits else Const(0, 1)
@@ -329,10 +335,10 @@ class QpCache(wiring.Component):
                 tag = lane(port, w)
                 terms = [lut4(m, platform, f"{name}_eq{w}_{i}", lambda a, b, c, d: a == b and c == d,
                               [tag[i], qpn[i], tag[i + 1], qpn[i + 1]])
-                         for i in range(set_bits, QPN_WIDTH - 1, 2)]
-                if (QPN_WIDTH - set_bits) % 2:
+                         for i in range(set_bits, Q - 1, 2)]
+                if Q > set_bits and (Q - set_bits) % 2:
                     terms.append(lut4(m, platform, f"{name}_eq{w}_last", lambda a, b: a == b,
-                                      [tag[QPN_WIDTH - 1], qpn[QPN_WIDTH - 1]]))
+                                      [tag[Q - 1], qpn[Q - 1]]))
                 level = 0
                 while len(terms) > 3:
                     terms = [t[0] if len(t) == 1 else
@@ -357,7 +363,7 @@ class QpCache(wiring.Component):
         wb_idx = Signal(idx_bits)
         m.d.comb += tag_rp[2].addr.eq(wb_idx[way_bits:] if set_bits else 0)
         wb_hi = Array(lane(tag_rp[2], w) for w in range(W))[wb_idx[:way_bits] if way_bits else 0]
-        wb_tag = Signal(QPN_WIDTH)
+        wb_tag = Signal(Q)
         wb_addr = Signal(64)
         m.d.sync += [
             wb_tag.eq(wb_hi),
@@ -377,8 +383,8 @@ class QpCache(wiring.Component):
         hit, hit_idx = compare(s1_req.qpn, "s1_hit", tag_rp[1])
         accept = Signal()
         m.d.sync += [
-            a_hit.eq(s0_hit), a_idx.eq(s0_idx), a_bad.eq(self.req.payload.qpn >= self.table_size),
-            b_hit.eq(hit), b_idx.eq(hit_idx), b_bad.eq(s1_req.qpn >= self.table_size),
+            a_hit.eq(s0_hit), a_idx.eq(s0_idx), a_bad.eq(bad_qpn(self.req.payload.qpn)),
+            b_hit.eq(hit), b_idx.eq(hit_idx), b_bad.eq(bad_qpn(s1_req.qpn)),
             took.eq(accept),
         ]
 
@@ -649,7 +655,7 @@ class QpCache(wiring.Component):
                     valid_a[mshr_idx].eq(1), dirty_a[mshr_idx].eq(0),
                 ]
                 m.d.comb += [
-                    tag_wp.addr.eq(mshr_set), tag_wp.data.eq(mshr_req.qpn.replicate(W)),
+                    tag_wp.addr.eq(mshr_set), tag_wp.data.eq(mshr_req.qpn[:tw].replicate(W)),
                     tag_wp.en.eq(1 << mshr_way if W > 1 else 1),
                 ]
         m.d.sync += ev["evictions"].eq(mshr_load & ~mshr_err & mshr_victim_valid)
@@ -698,6 +704,7 @@ class QpCache(wiring.Component):
         c_vd = Signal()                  # flush: entry c_idx is valid and dirty
         c_vds = Signal(E)                # flush: valid & dirty of entries c_cnt.., shifted as it scans
         cq = Signal(QPN_WIDTH)
+        cq_low = Signal()                # cq < 2**Q: it may be cached (a control operation reaches any QPN)
         c_waited = Signal()              # the FSM was in Drain the clock before
         cc_hit, cc_idx, cc_bad = Signal(), Signal(idx_bits), Signal()
         c_cmp_hit, c_cmp_idx = compare(cq, "c_hit", tag_rp[3])
@@ -705,7 +712,8 @@ class QpCache(wiring.Component):
         drained_d = Signal()
         m.d.sync += [
             cq.eq(self.ctrl.payload.qpn),
-            cc_hit.eq(c_cmp_hit), cc_idx.eq(c_cmp_idx), cc_bad.eq(cq >= self.table_size),
+            cq_low.eq(~self.ctrl.payload.qpn[Q:].any() if Q < QPN_WIDTH else 1),
+            cc_hit.eq(c_cmp_hit & cq_low), cc_idx.eq(c_cmp_idx), cc_bad.eq(cq >= self.table_size),
             drained_d.eq(drained),
         ]
         wb_ev = Signal()

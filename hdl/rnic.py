@@ -6,9 +6,12 @@ wide; the QP cache and the completion writer move 8-byte beats on it as AXI narr
 (:class:`rnic.hdl.narrow.NarrowPort`), the payload reader and the WQE fetch full-width beats.
 """
 
+import dataclasses
+
 from amaranth import Module, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
+from amaranth.utils import exact_log2
 
 from ..model.qpc import PathMtu, QpcCacheConfig
 from ..model.regs import DATAPATH_WIDTHS, caps, caps2
@@ -107,7 +110,9 @@ class Rnic(wiring.Component):
         W, mtu = self.width, PathMtu.of_bytes(self.max_mtu)
         return {
             "regs": lambda: RegisterBlock(caps=caps(self.max_qps), caps2=caps2(W, mtu)),
-            "cache": lambda: QpCache(self.cache_cfg),
+            # the engine requests only QPNs its scheduler holds: the tags need log2(max_qps) bits
+            "cache": lambda: QpCache(dataclasses.replace(
+                self.cache_cfg, qpn_bits=min(self.cache_cfg.qpn_bits, exact_log2(self.max_qps)))),
             "engine": lambda: DescriptorEngine(self.cache_cfg, max_qps=self.max_qps, window=self.window,
                                                max_mtu=mtu, wqe_prefetch=self.wqe_prefetch, deep_below=8 * W,
                                                wqe_width=W),

@@ -94,7 +94,7 @@ class PathMtu(enum.IntEnum):
 class Status(enum.IntEnum):
     """Response / acknowledgement status."""
     OK = 0
-    BAD_QPN = 1     # qpn >= table_size: nothing was accessed
+    BAD_QPN = 1     # qpn >= table_size (a request: or qpn >= 2**qpn_bits): nothing was accessed
     BUS_ERROR = 2   # SLVERR/DECERR on the fetch, the victim's write-back, or the control write
 
 
@@ -248,11 +248,17 @@ class QpcCacheConfig:
 
     ``ways == 1`` is direct mapped, ``ways == entries`` fully associative. Replacement is always
     the first invalid way of the set, else tree pseudo-LRU over the set's ways.
+
+    ``qpn_bits`` bounds the QPNs the cache holds: a request for ``qpn >= 2**qpn_bits`` gets
+    ``BAD_QPN`` like one beyond the table, while control operations reach every QPN of the table
+    (those above the bound are never cached). The engine passes ``log2(max_qps)``: it never
+    requests a QPN its scheduler cannot hold, and each tag is that many bits wide, not 24.
     """
 
     entries: int = 16
     ways: int = 4
     tag_width: int = 8      # requester tag carried from request to response
+    qpn_bits: int = 24      # QPNs below 2**qpn_bits are cacheable
 
     def __post_init__(self):
         if self.entries < 1 or self.entries & (self.entries - 1):
@@ -261,6 +267,8 @@ class QpcCacheConfig:
             raise ValueError(f"ways must be a power of two no larger than entries, not {self.ways!r}")
         if not 1 <= self.tag_width <= 32:
             raise ValueError(f"tag_width must be 1..32, not {self.tag_width!r}")
+        if not 1 <= self.qpn_bits <= 24:
+            raise ValueError(f"qpn_bits must be 1..24, not {self.qpn_bits!r}")
 
     @property
     def sets(self) -> int:
@@ -375,7 +383,7 @@ class QpcCacheModel:
         """``(status, record)``: the first :data:`CACHED_BYTES` bytes of the record after the update,
         or ``None`` when ``status`` is not OK."""
         self._count("lookups")
-        if qpn >= self.table.table_size:
+        if qpn >= self.table.table_size or qpn >> self.cfg.qpn_bits:
             self._count("errors")
             return Status.BAD_QPN, None
         s, w, line = self._find(qpn)

@@ -178,3 +178,16 @@ def test_bus_errors():
     assert m.flush() == Status.OK
     assert QpContext.unpack(t.read(1)).next_psn == 9
     assert m.invalidate(99) == Status.BAD_QPN
+
+
+def test_qpn_bits_bounds_cacheable_qpns():
+    """Requests above 2**qpn_bits are refused; control operations still reach those records."""
+    m = QpcCacheModel(QpcCacheConfig(entries=4, ways=2, qpn_bits=3), HostTable(16))
+    assert m.request(Op.SET_PSN, 7, 3)[0] == Status.OK and m.cached(7)
+    assert m.request(Op.LOOKUP, 8) == (Status.BAD_QPN, None) and not m.cached(8)
+    rec = bytes(range(RECORD_BYTES))
+    assert m.modify(9, rec) == Status.OK and m.table.read(9) == rec and not m.cached(9)
+    assert m.invalidate(9) == Status.OK
+    assert m.counters["errors"] == 1 and m.counters["lookups"] == 2
+    with pytest.raises(ValueError):
+        QpcCacheConfig(qpn_bits=25)
