@@ -332,9 +332,11 @@ class RegisterBlock(wiring.Component):
 
         for reg in REGISTERS:                                  # plain RW registers
             if reg.access is Access.RW and reg.name in store and reg.name not in _SPECIAL:
+                # a clock enable per byte (write and its strobe), not a merge multiplexer per bit
                 r = store[reg.name]
-                with m.If(wr[reg.name]):
-                    m.d.sync += r.eq((r & ~w_mask[:reg.width]) | w_bits[:reg.width])
+                for lo in range(0, reg.width, 8):
+                    with m.If(wr[reg.name] & w_mask[lo]):
+                        m.d.sync += r[lo:lo + 8].eq(w_bits[lo:min(lo + 8, reg.width)])
 
         # --- doorbells ------------------------------------------------------------------------------
         m.d.comb += [
