@@ -1051,20 +1051,23 @@ class PacketBuilder(wiring.Component):
                      r2_vcrc.eq(xor_tree(cols, Cat(r1_vcrc, r1_icrc), 16, m, platform, "r2_vcrc") ^ const)]
 
         # ---- delay line: each beat meets its frame's CRCs at the end
-        # The beats run through a ring in LUT RAM (written every clock, read delay - 1 entries
-        # behind, then registered); only the valid bits are a shift register, so a reset empties it.
-        # The read pointer is a register of its own rather than wp - (delay - 1): no subtractor
-        # before the RAM's read address.
-        dl_depth = 1 << (self._delay - 1).bit_length()
-        m.submodules.dl = dl_mem = Memory(shape=beat, depth=dl_depth, init=[])
+        # The beats run through a ring in block RAM (written every clock, read delay - 2 entries
+        # behind into the RAM's read stage, then a fabric register); only the valid bits are a
+        # shift register, so a reset empties it. The read pointer is a register of its own rather
+        # than wp - (delay - 2): no subtractor before the RAM's read address.
+        assert self._delay >= 3
+        dl_depth = 1 << (self._delay - 2).bit_length()
+        m.submodules.dl = dl_mem = Memory(shape=beat, depth=dl_depth, init=[],
+                                          attrs={"ram_style": "block", "no_rw_check": 1})
         dl_wr = dl_mem.write_port()
         dl_rd = dl_mem.read_port(domain="comb")
         dl_wp = Signal(range(dl_depth))
-        dl_rp = Signal(range(dl_depth), init=-(self._delay - 1) % dl_depth)
+        dl_rp = Signal(range(dl_depth), init=-(self._delay - 2) % dl_depth)
         dl_valids = Signal(self._delay)
+        dl_ram = Signal(beat, reset_less=True)      # the RAM's read stage
         dl_beat = Signal(beat, reset_less=True)
         m.d.comb += [dl_wr.addr.eq(dl_wp), dl_wr.data.eq(bt_beat), dl_wr.en.eq(1), dl_rd.addr.eq(dl_rp)]
-        m.d.sync += [dl_wp.eq(dl_wp + 1), dl_rp.eq(dl_rp + 1), dl_beat.eq(dl_rd.data),
+        m.d.sync += [dl_wp.eq(dl_wp + 1), dl_rp.eq(dl_rp + 1), dl_ram.eq(dl_rd.data), dl_beat.eq(dl_ram),
                      dl_valids.eq(Cat(bt_valid, dl_valids[:-1]))]
         dl_valid = dl_valids[-1]
 
@@ -1081,7 +1084,7 @@ class PacketBuilder(wiring.Component):
             tl_beat.eq(dl_beat), tl_valid.eq(dl_valid),
         ]
 
-        m.submodules.fifo = fifo = CreditFIFO(width=W + B + 2, depth=self._depth)
+        m.submodules.fifo = fifo = CreditFIFO(width=W + B + 2, depth=self._depth, block=True)
         m.d.comb += [
             fifo.w_en.eq(tl_valid),
             fifo.w_data.eq(Cat(tl_beat.data | tl_add, tl_beat.keep, tl_beat.last, tl_beat.user)),
