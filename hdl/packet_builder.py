@@ -48,13 +48,22 @@ from rnic.hdl.fifo import CreditFIFO, check_credit
 from rnic.hdl.descriptor import DESC_WIDTH, DescriptorLayout, ErrorFlags
 from rnic.hdl.prim import lut4
 
-__all__ = ["PacketBuilder", "PacketBuilderAxis", "HEADER_MAX", "DESC_AXIS_WIDTH"]
+__all__ = ["PacketBuilder", "PacketBuilderAxis", "HEADER_MAX", "DESC_AXIS_WIDTH", "LATE_FIELDS", "EARLY_BITS"]
 
 ICRC_LEN = 4
 VCRC_LEN = 2
 _LEN_BITS = 13  # byte counts inside one frame (< 8192)
 _COPIES = 4     # copies of k_valid, the header multiplexer's select between k and s5
 _GRP_COPIES = 8 # copies of each template-group select
+
+#: The descriptor fields only s5 (the header vector) reads: with ``late=True`` they come from the
+#: ``desc_late`` port as s5 loads, not through s1..s4.
+LATE_FIELDS = ("dst_mac", "src_mac", "vlan_tci", "vl", "sl", "dlid", "slid", "traffic_class", "ip_id", "hop_limit",
+               "src_gid", "dst_gid", "flow_label", "udp_sport", "opcode", "se", "migreq", "pkey", "fecn", "becn",
+               "dest_qp", "ackreq", "psn")
+#: The low bits of late fields that s1 / s2 still read from ``desc`` (the opcode ROM, the IPv4
+#: checksum's words): with ``late=True``, ``desc`` needs only these bits of the late fields.
+EARLY_BITS = {"opcode": 8, "traffic_class": 8, "ip_id": 16, "hop_limit": 8, "src_gid": 32, "dst_gid": 32}
 
 #: ``s_desc`` tdata width of :class:`PacketBuilderAxis`: the descriptor rounded up to whole bytes.
 DESC_AXIS_WIDTH = -(-DESC_WIDTH // 8) * 8
@@ -319,15 +328,22 @@ class PacketBuilder(wiring.Component):
     error_clear : ``In(ErrorFlags)``
         Write-1-to-clear for ``error``, one bit per cause, acting on the next clock edge (a cause
         raised in the same cycle wins).
+    desc_late : ``In(stream.Signature(DescriptorLayout))``, with ``late=True`` only
+        The :data:`LATE_FIELDS` of the same descriptors, in the same order, taken (``ready``, one
+        LUT of flip-flops) as the descriptor enters s5; ``valid`` must be 1 then (``Assert``ed), so
+        the sender writes both streams together and ``desc`` then needs only :data:`EARLY_BITS` of
+        the late fields. Those fields then skip the four stage registers s1..s4 (``Rnic`` keeps
+        them in a block-RAM queue of their own).
 
     Latency from a descriptor transfer to the first beat of its frame, empty pipeline, no payload
     wait: 22 clocks at W=64, 25 at W=512 (measured by the testbench); see docs/packet-builder.md.
     """
 
-    def __init__(self, width):
+    def __init__(self, width, *, late=False):
         if width not in (64, 128, 256, 512):
             raise ValueError(f"width must be one of 64, 128, 256, 512, not {width!r}")
         self._width = width
+        self._late = late
         self._icrc = CrcStream(ICRC, width, queue=False)    # the builder takes each result as it comes
         self._vcrc = CrcStream(VCRC, width, queue=False)
         self._crc_latency = self._icrc.latency
@@ -344,6 +360,7 @@ class PacketBuilder(wiring.Component):
             "frame": Out(PacketStream(width, 1)),
             "error": Out(ErrorFlags),
             "error_clear": In(ErrorFlags),
+            **({"desc_late": In(stream.Signature(DescriptorLayout))} if late else {}),
         })
 
     @property
@@ -614,9 +631,14 @@ class PacketBuilder(wiring.Component):
         d = s4_d
         csum = Signal(16)
         m.d.comb += csum.eq(~_oc_pick(s4_sum_c0, s4_sum_c1))
+        if self._late:
+            dl = self.desc_late
+            m.d.comb += dl.ready.eq(s5_en & s4_valid)
+            m.d.sync += Assert(~dl.ready | dl.valid, "packet builder: desc_late behind desc\n")
 
         def f(name):
-            return _Src(name, getattr(d, name))
+            late = self._late and name in LATE_FIELDS
+            return _Src(name, getattr(self.desc_late.payload if late else d, name))
 
         udp_len = _Src("udp_len", s4_udp)
         wire_bits = []

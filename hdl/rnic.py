@@ -8,20 +8,21 @@ wide; the QP cache and the completion writer move 8-byte beats on it as AXI narr
 
 import dataclasses
 
-from amaranth import Module, Signal
+from amaranth import Cat, Module, Signal
+from amaranth.hdl import Assert
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
+from ..model.descriptor import DESC_FIELDS
 from ..model.qpc import PathMtu, QpcCacheConfig
 from ..model.regs import DATAPATH_WIDTHS, caps, caps2
 from .bus import AXI4LiteSignature, AXI4Signature, AXIStreamSignature, skid_stage, stream_to_axis
-from .descriptor import DescriptorLayout
 from .dma import AxiInterconnect, PayloadReader
 from .engine import DescriptorEngine, FrameGate
 from .fifo import BlockFIFO
 from .narrow import NarrowPort
-from .packet_builder import PacketBuilder
+from .packet_builder import EARLY_BITS, LATE_FIELDS, PacketBuilder
 from .qp_cache import CtrlOp, QpCache
 from .regs import RegisterBlock
 
@@ -117,7 +118,7 @@ class Rnic(wiring.Component):
                                                max_mtu=mtu, wqe_prefetch=self.wqe_prefetch, deep_below=8 * W,
                                                wqe_width=W),
             "reader": lambda: PayloadReader(max_payload=self.max_mtu, fifo_depth=self.payload_queue, data_width=W),
-            "builder": lambda: PacketBuilder(W),
+            "builder": lambda: PacketBuilder(W, late=True),
             # abort bits wait here from a packet's read result until its frame leaves: the window's
             # uncommitted packets plus as many committed ones as the payload queue holds
             "gate": lambda: FrameGate(self.window, depth=2 * self.window, width=W),
@@ -172,7 +173,23 @@ class Rnic(wiring.Component):
         wiring.connect(m, cache.resp, eng.qpc_resp)
 
         # packets: descriptors and payload into the builder, frames through the gate
-        m.submodules.desc_q = dq = BlockFIFO(width=DescriptorLayout.size, depth=self.desc_queue, fabric_out=True)
+        # Two queues written together: the builder's s1..s4 read the early part (the late fields'
+        # EARLY_BITS only), its s5 the late fields, which thus skip four stage registers. The late
+        # queue holds the descriptors in s1..s4 too (4 more), so it has room whenever the early one has.
+        def early(p):
+            return Cat(*(getattr(p, n)[:EARLY_BITS.get(n, w)] for n, w in DESC_FIELDS
+                         if n not in LATE_FIELDS or n in EARLY_BITS))
+
+        def late(p):
+            return Cat(*(getattr(p, n) for n in LATE_FIELDS))
+        m.submodules.desc_q = dq = BlockFIFO(width=len(early(eng.desc.payload)), depth=self.desc_queue,
+                                             fabric_out=True)
+        m.submodules.late_q = lq = BlockFIFO(width=len(late(eng.desc.payload)), depth=self.desc_queue + 8,
+                                             fabric_out=True)
+        m.d.comb += [lq.w_en.eq(eng.desc.valid & dq.w_rdy), lq.w_data.eq(late(eng.desc.payload)),
+                     pb.desc_late.valid.eq(lq.r_rdy), late(pb.desc_late.payload).eq(lq.r_data),
+                     lq.r_en.eq(pb.desc_late.ready)]
+        m.d.sync += Assert(~lq.w_en | lq.w_rdy, "rnic: late descriptor queue full\n")
         # Store and forward: a descriptor goes to the builder only once its packet's payload has all
         # arrived (the reader's statuses come in packet order), so a started frame never waits for
         # host memory; the payload queue holds a whole packet (checked in __init__).
@@ -180,8 +197,8 @@ class Rnic(wiring.Component):
         release = Signal()
         m.d.comb += release.eq(dq.r_rdy & (arrived != 0) & pb.desc.ready)
         m.d.sync += arrived.eq(arrived + (rd.status.valid & rd.status.ready) - release)
-        m.d.comb += [dq.w_en.eq(eng.desc.valid), dq.w_data.eq(eng.desc.payload), eng.desc.ready.eq(dq.w_rdy),
-                     pb.desc.valid.eq(dq.r_rdy & (arrived != 0)), pb.desc.payload.eq(dq.r_data),
+        m.d.comb += [dq.w_en.eq(eng.desc.valid), dq.w_data.eq(early(eng.desc.payload)), eng.desc.ready.eq(dq.w_rdy),
+                     pb.desc.valid.eq(dq.r_rdy & (arrived != 0)), early(pb.desc.payload).eq(dq.r_data),
                      dq.r_en.eq(release)]
         wiring.connect(m, eng.rd_cmd, rd.cmd)
         wiring.connect(m, rd.payload, pb.payload)
