@@ -270,7 +270,7 @@ class DescriptorEngine(wiring.Component):
 
         # --- ready list -----------------------------------------------------------------------------
         m.submodules.ready = rdy = BlockFIFO(width=24 + 32, depth=max_qps, fabric_out=True)
-        m.submodules.sched = sched = Memory(shape=1, depth=max_qps, init=[])
+        m.submodules.sched = sched = Memory(shape=1, depth=max_qps, init=[], attrs={"ram_style": "block"})
         sched_w = sched.write_port()
         sched_r = sched.read_port(transparent_for=(sched_w,))
         m.d.comb += sched_r.addr.eq(qpn[:qbits])
