@@ -421,7 +421,7 @@ class PayloadReader(wiring.Component):
         # per command whose status is owed, so ``owed`` bounds them.
         p_cap, i_cap = C, self._inline_depth
         m.submodules.pinfo = pinfo = CreditFIFO(width=pinfo_layout.size, depth=p_cap)
-        m.submodules.inline = inl = CreditFIFO(width=256, depth=i_cap)
+        m.submodules.inline = inl = CreditFIFO(width=256, depth=i_cap, block=True)   # 8 DP16KD, not 64 LUT RAMs
         m.submodules.rbeats = rbeats = SyncFIFO(width=rbeats_layout.size, depth=C)
         m.submodules.sorder = sorder = SyncFIFO(width=1, depth=C)
         m.submodules.done = done = SyncFIFO(width=1, depth=C)
