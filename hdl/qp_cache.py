@@ -204,8 +204,11 @@ class QpCache(wiring.Component):
             base = Cat(Const(0, _REC_SHIFT), self.qpc_base[_REC_SHIFT:])
             return (base + (qpn << _REC_SHIFT))[:64]
 
+        def uncacheable(qpn):
+            return qpn[Q:].any() if Q < QPN_WIDTH else Const(0, 1)
+
         def bad_qpn(qpn):
-            return (qpn >= self.table_size) | (qpn[Q:].any() if Q < QPN_WIDTH else 0)
+            return (qpn >= self.table_size) | uncacheable(qpn)
 
         def set_of(qpn):
             return qpn[:set_bits] if set_bits else Const(0, 1)
@@ -712,7 +715,7 @@ class QpCache(wiring.Component):
         drained_d = Signal()
         m.d.sync += [
             cq.eq(self.ctrl.payload.qpn),
-            cq_low.eq(~self.ctrl.payload.qpn[Q:].any() if Q < QPN_WIDTH else 1),
+            cq_low.eq(~uncacheable(self.ctrl.payload.qpn)),
             cc_hit.eq(c_cmp_hit & cq_low), cc_idx.eq(c_cmp_idx), cc_bad.eq(cq >= self.table_size),
             drained_d.eq(drained),
         ]

@@ -251,7 +251,7 @@ class QpcCacheConfig:
 
     ``qpn_bits`` bounds the QPNs the cache holds: a request for ``qpn >= 2**qpn_bits`` gets
     ``BAD_QPN`` like one beyond the table, while control operations reach every QPN of the table
-    (those above the bound are never cached). The engine passes ``log2(max_qps)``: it never
+    (those above the bound are never cached). ``Rnic`` passes ``log2(max_qps)``: its engine never
     requests a QPN its scheduler cannot hold, and each tag is that many bits wide, not 24.
     """
 
