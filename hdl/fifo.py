@@ -32,7 +32,7 @@ from amaranth.lib import wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.memory import Memory
 
-from rnic.hdl.prim import lut4, outreg_ram
+from rnic.hdl.prim import BLOCK_RAM, lut4, outreg_ram
 
 __all__ = ["BlockFIFO", "CreditFIFO", "check_credit"]
 
@@ -109,7 +109,7 @@ class BlockFIFO(SyncFIFOBuffered):
         out = Signal(self.width, reset_less=True)
 
         m.submodules.storage = storage = Memory(shape=self.width, depth=inner_depth, init=[],
-                                                attrs={"ram_style": "block", "no_rw_check": 1})
+                                                attrs=BLOCK_RAM)
         w_port = storage.write_port()
         r_port = storage.read_port(domain="comb")
 
@@ -255,7 +255,7 @@ class CreditFIFO(wiring.Component):
         inner = self.depth - 1
         ring = 1 << (inner - 1).bit_length() if inner > 1 else 2
         m.submodules.storage = storage = Memory(shape=self.width, depth=ring, init=[],
-                                                attrs={"ram_style": "block", "no_rw_check": 1} if self._block else None)
+                                                attrs=BLOCK_RAM if self._block else None)
         w_port = storage.write_port()
         r_port = storage.read_port(domain="comb")
         wp = Signal(range(ring))

@@ -46,7 +46,7 @@ from rnic.hdl.bus import AXIStreamSignature, PacketStream, axis_to_stream, strea
 from rnic.hdl.crc import CrcStream, xor_tree
 from rnic.hdl.fifo import CreditFIFO, check_credit
 from rnic.hdl.descriptor import DESC_WIDTH, DescriptorLayout, ErrorFlags
-from rnic.hdl.prim import lut4
+from rnic.hdl.prim import BLOCK_RAM, lut4
 
 __all__ = ["PacketBuilder", "PacketBuilderAxis", "HEADER_MAX", "DESC_AXIS_WIDTH", "LATE_FIELDS", "EARLY_BITS"]
 
@@ -1080,7 +1080,7 @@ class PacketBuilder(wiring.Component):
         assert self._delay >= 3
         dl_depth = 1 << (self._delay - 2).bit_length()
         m.submodules.dl = dl_mem = Memory(shape=beat, depth=dl_depth, init=[],
-                                          attrs={"ram_style": "block", "no_rw_check": 1})
+                                          attrs=BLOCK_RAM)
         dl_wr = dl_mem.write_port()
         dl_rd = dl_mem.read_port(domain="comb")
         dl_wp = Signal(range(dl_depth))

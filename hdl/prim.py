@@ -12,6 +12,8 @@ An instantiated ``LUT4`` is kept as it is.
 chain of ``m.If`` / ``m.Elif`` (which synthesis keeps in order).
 
 :func:`block_read` is a block RAM's synchronous read in the form yosys maps without extra logic.
+:data:`BLOCK_RAM` are the ``Memory`` attributes of a block RAM whose reads never meet a write of
+the same entry at the same edge.
 
 :func:`outreg_ram` is a block RAM read through its own output register, which yosys' ECP5 memory
 mapping never turns on (``DP16KD`` ``REGMODE = "NOREG"``).
@@ -25,7 +27,12 @@ from functools import reduce
 
 from amaranth import Cat, ClockSignal, Const, Instance, Mux, Signal
 
-__all__ = ["block_read", "by_state", "lut4", "lut4_init", "outreg_ram", "xor_lut4"]
+__all__ = ["BLOCK_RAM", "block_read", "by_state", "lut4", "lut4_init", "outreg_ram", "xor_lut4"]
+
+#: ``Memory(attrs=BLOCK_RAM)``: block RAM even where yosys would pick LUT RAM, and no read-first
+#: collision logic (``no_rw_check``). Only for a memory whose design never reads the entry written
+#: at the same edge (each user says why, and ``Assert``s it where the reason is not structural).
+BLOCK_RAM = {"ram_style": "block", "no_rw_check": 1}
 
 
 class _BlockRead:

@@ -42,7 +42,7 @@ from ..model import qpc as _model
 from ..model.qpc import (ARG_WIDTH, CACHED_BITS, CACHED_BYTES, COUNTER_NAMES, COUNTER_WIDTH, MUTABLE_BYTES,
                          QPC_FIELDS, QPN_WIDTH, RECORD_BITS, RECORD_BYTES, QpcCacheConfig)
 from .bus import AXI4Signature
-from .prim import block_read, lut4
+from .prim import BLOCK_RAM, block_read, lut4
 
 __all__ = ["Op", "CtrlOp", "Status", "QpState", "record_layout", "cached_layout", "request_layout",
            "response_layout", "ctrl_layout", "ack_layout", "counters_layout", "QpCache", "QpcCacheConfig"]
@@ -232,7 +232,7 @@ class QpCache(wiring.Component):
         # In block RAM (yosys would take LUT RAM, six LUT4s' worth per 16 x 4 bits): its reader
         # never reads the entry written at the same edge (an Assert below), so no collision logic.
         m.submodules.mut_mem = mut_mem = Memory(shape=unsigned(MUTABLE_BYTES * 8), depth=E, init=[],
-                                                attrs={"ram_style": "block", "no_rw_check": 1})
+                                                attrs=BLOCK_RAM)
         mut_wp = mut_mem.write_port()
         mut_rp = block_read(m, mut_mem, "mut_rp")
 
