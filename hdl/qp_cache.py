@@ -501,7 +501,17 @@ class QpCache(wiring.Component):
         mshr_way = mshr_idx[:way_bits] if way_bits else Const(0, 1)
         s1_upd = s1_req.op != Op.LOOKUP
         s2v_next = mshr_load | (s1_advance & ~s1_miss)
-        fwd_next = mshr_load | (s2_writes & (s2_idx == s1_idx_r))
+        # s2's entry against s1's, compared with a_idx and b_idx apiece (took picks): the select of
+        # s1_idx_r sits by the data memory it addresses, and this compare stays off it
+        def same_idx(name, x):
+            terms = [lut4(m, platform, f"{name}{i}", lambda a, b, c, d: a == b and c == d,
+                          [s2_idx[i], x[i], s2_idx[i + 1], x[i + 1]]) for i in range(0, idx_bits - 1, 2)]
+            if idx_bits % 2:
+                terms.append(s2_idx[-1] == x[-1])
+            return Cat(*terms).all() if terms else Const(1, 1)
+        fwd_same = Mux(took, same_idx("fwd_a", a_idx), same_idx("fwd_b", b_idx))
+        fwd_next = mshr_load | (s2_writes & fwd_same)
+        m.d.sync += Assert(fwd_same == (s2_idx == s1_idx_r), "qp_cache: fwd_same\n")
         m.d.sync += Assert(~(rp.en & wp.en & (rp.addr == wp.addr)) | fwd_next | ~s2v_next,
                            "qp_cache: data_mem read of the entry written at the same edge, used\n")
         with m.If(s2_free):
