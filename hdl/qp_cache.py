@@ -327,6 +327,15 @@ class QpCache(wiring.Component):
         c_idx = Signal(idx_bits)     # entry being written back by control
         c_own = Signal()             # the control FSM has set c_idx (until its acknowledgement)
 
+        def eq_terms(name, x, y, lo, hi):
+            """``x[lo:hi] == y[lo:hi]`` as hand-placed LUT4s, each comparing two bits of x with two of y;
+            their AND is the equality."""
+            terms = [lut4(m, platform, f"{name}_{i}", lambda a, b, c, d: a == b and c == d,
+                          [x[i], y[i], x[i + 1], y[i + 1]]) for i in range(lo, hi - 1, 2)]
+            if hi > lo and (hi - lo) % 2:
+                terms.append(lut4(m, platform, f"{name}_last", lambda a, b: a == b, [x[hi - 1], y[hi - 1]]))
+            return terms
+
         def compare(qpn, name, port):
             """Hit and entry index of ``qpn``: ways compared in parallel (one-hot), OR-encoded."""
             set_ = set_of(qpn)
@@ -336,12 +345,7 @@ class QpCache(wiring.Component):
                 # two bits per LUT4, then ANDs of four (with the way's valid bit in the last one):
                 # three LUT levels after the tag RAM, as the compare is placed by hand
                 tag = lane(port, w)
-                terms = [lut4(m, platform, f"{name}_eq{w}_{i}", lambda a, b, c, d: a == b and c == d,
-                              [tag[i], qpn[i], tag[i + 1], qpn[i + 1]])
-                         for i in range(set_bits, Q - 1, 2)]
-                if Q > set_bits and (Q - set_bits) % 2:
-                    terms.append(lut4(m, platform, f"{name}_eq{w}_last", lambda a, b: a == b,
-                                      [tag[Q - 1], qpn[Q - 1]]))
+                terms = eq_terms(f"{name}_eq{w}", tag, qpn, set_bits, Q)
                 level = 0
                 while len(terms) > 3:
                     terms = [t[0] if len(t) == 1 else
@@ -503,13 +507,8 @@ class QpCache(wiring.Component):
         s2v_next = mshr_load | (s1_advance & ~s1_miss)
         # s2's entry against s1's, compared with a_idx and b_idx apiece (took picks): the select of
         # s1_idx_r sits by the data memory it addresses, and this compare stays off it
-        def same_idx(name, x):
-            terms = [lut4(m, platform, f"{name}{i}", lambda a, b, c, d: a == b and c == d,
-                          [s2_idx[i], x[i], s2_idx[i + 1], x[i + 1]]) for i in range(0, idx_bits - 1, 2)]
-            if idx_bits % 2:
-                terms.append(s2_idx[-1] == x[-1])
-            return Cat(*terms).all() if terms else Const(1, 1)
-        fwd_same = Mux(took, same_idx("fwd_a", a_idx), same_idx("fwd_b", b_idx))
+        fwd_same = Mux(took, Cat(*eq_terms("fwd_a", s2_idx, a_idx, 0, idx_bits)).all(),
+                       Cat(*eq_terms("fwd_b", s2_idx, b_idx, 0, idx_bits)).all())
         fwd_next = mshr_load | (s2_writes & fwd_same)
         m.d.sync += Assert(fwd_same == (s2_idx == s1_idx_r), "qp_cache: fwd_same\n")
         m.d.sync += Assert(~(rp.en & wp.en & (rp.addr == wp.addr)) | fwd_next | ~s2v_next,
