@@ -51,24 +51,32 @@ class BeatGenerator:
         ``valid & ready``. ``valid`` reaches the generator's registers through one LUT4 each
         (:func:`rnic.hdl.prim.late_select`), the next-frame decision through three replicas.
 
-    The generator's state, as the flags ``g_active``, ``g_in_hdr``, ``g_pl``, ``g_fill`` (each
-    register computed a beat ahead; a frame is loaded on ``next_frame`` when ``src_valid``):
+    The generator's state is held in the flags ``g_active``, ``g_in_hdr``, ``g_pl`` and ``g_fill``
+    (each computed a beat ahead). A frame is loaded on ``next_frame`` (idle, or the current frame's
+    last beat going out) when ``src_valid``; its first beat's state comes from the frame's
+    first-beat flags (``first_hdr``, ``first_pl``). Every beat waits for a credit (``g_room``).
 
-    ==========  =========================  ==========================  ===============================
-    state       entered from               leaves to                   waits for
-    ==========  =========================  ==========================  ===============================
-    idle        reset; any, after the      header / payload, on        a frame in s5 or k
-                frame's last beat          ``g_load``                  (``src_valid``)
-    header      idle or the last beat of   payload, or idle / next     a credit (``g_room``)
-                a frame (``first_hdr``)    frame after its last beat
-    payload     idle / header / a last     fill (payload ended early)  a credit and a payload beat
-                beat (``first_pl``)        or idle / next frame        (``payload.valid``)
-    fill        payload (early ``last``)   idle / next frame           a credit
-    ==========  =========================  ==========================  ===============================
+    =======  ==============================  =================================  ===========================
+    state    entered from                    leaves to                          waits for
+    =======  ==============================  =================================  ===========================
+    idle     reset; the last beat of a       header, payload or tail, on        a frame in s5 or k
+             frame with no frame queued      ``g_load``                         (``src_valid``)
+    header   load (``first_hdr``); header    header (``hr_ge2``), payload,      a credit
+             (more header-only beats)        tail
+    payload  load (``first_pl``); header;    payload, fill (payload ended       a credit and a payload
+             payload                         early), tail; idle / load if last  beat (``payload.valid``)
+    fill     payload (early ``last``)        fill, tail; idle / load if last    a credit
+    tail     load (short header, no          tail (CRC bytes over two beats);   a credit
+             payload); header; payload;      idle / load after the last beat
+             fill
+    =======  ==============================  =================================  ===========================
 
-    Beats after the payload (pad, CRC placeholder lanes) are ``payload`` / ``fill`` beats with
-    no lanes kept. While ``dropping`` (a bad descriptor's payload, or a late payload's tail), the
-    generator takes payload beats without pushing them.
+    ``header``: ``g_in_hdr`` (a header-only beat); ``payload``: ``g_pl & ~g_fill`` (``need_pl``);
+    ``fill``: ``g_pl & g_fill`` (zeros for the missing payload); ``tail``: neither (the last
+    header bytes, pad and CRC lanes). A beat that takes a payload beat also carries the header's
+    last bytes or the pad / CRC lanes where they fall in it. While ``dropping`` (a bad
+    descriptor's payload, or the rest of a payload longer than declared) the generator takes
+    payload beats without pushing them.
     """
 
     def __init__(self, width, depth, payload, error, error_clear):
