@@ -1,4 +1,4 @@
-"""cocotb testbench of the packet builder (hdl/packet_builder.py) against the golden model.
+"""cocotb testbench of the packet builder (hdl/packet_builder/) against the golden model.
 
 Expected frames come from :func:`rnic.model.frames.build_frame`; every frame is compared byte for
 byte, RoCEv2 frames are also checked with scapy's ICRC, and the frames of each test are written to

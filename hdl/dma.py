@@ -26,7 +26,7 @@ from amaranth.utils import ceil_log2
 
 from .bus import AXI4Signature, PacketStream, skid_stage
 from .fifo import BlockFIFO, CreditFIFO, check_credit
-from .prim import lut4
+from .prim import replica
 
 __all__ = ["BW_WINDOW", "payload_cmd_layout", "payload_status_layout", "AxiInterconnect", "PayloadReader"]
 
@@ -513,12 +513,12 @@ class PayloadReader(wiring.Component):
             m.d.sync += to_page.eq(page_beats - c.addr[sb:12])
         # the credit logic's own copies of the take strobes, one LUT4 each: the queues' write
         # enables are other cells, placed by their block RAMs (one shared LUT had been placed there,
-        # across the die from cmd_rdy's loop and back: 9.4 ns of routing in the whole engine)
-        accept_c = lut4(m, platform, "accept_c", lambda v, r: v and r, [c_valid, cmd_rdy])
-        rd_take_c = lut4(m, platform, "rd_take_c", lambda v, r, x: v and r and x, [c_valid, cmd_rdy, rd])
-        p_take_c = lut4(m, platform, "p_take_c", lambda v, r, x: v and r and x, [c_valid, cmd_rdy, nonzero])
-        i_take_c = lut4(m, platform, "i_take_c", lambda v, r, x, y: v and r and x and y,
-                        [c_valid, cmd_rdy, nonzero, c.inline])
+        # across the die from cmd_rdy's loop and back: a long detour on the command-ready loop)
+        accept_c = replica(m, platform, "accept_c", lambda v, r: v and r, [c_valid, cmd_rdy])
+        rd_take_c = replica(m, platform, "rd_take_c", lambda v, r, x: v and r and x, [c_valid, cmd_rdy, rd])
+        p_take_c = replica(m, platform, "p_take_c", lambda v, r, x: v and r and x, [c_valid, cmd_rdy, nonzero])
+        i_take_c = replica(m, platform, "i_take_c", lambda v, r, x, y: v and r and x and y,
+                           [c_valid, cmd_rdy, nonzero, c.inline])
         active_next = Mux(rd_take_c, 1, active & ~(ar_load & beats_last))
         m.d.sync += [active.eq(active_next),
                      Assert(~active | (to_page == page_beats - a_addr[:12 - sb]), "payload reader: to_page\n")]

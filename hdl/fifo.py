@@ -32,7 +32,7 @@ from amaranth.lib import wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.memory import Memory
 
-from rnic.hdl.prim import BLOCK_RAM, lut4, outreg_ram
+from rnic.hdl.prim import BLOCK_RAM, lut4, outreg_ram, replicas
 
 __all__ = ["BlockFIFO", "CreditFIFO", "check_credit"]
 
@@ -264,8 +264,8 @@ class CreditFIFO(wiring.Component):
         out = Signal(self.width, reset_less=True)
         # The read decision in two copies (rnic.hdl.prim): one for the fill and pointer, one for
         # the wide output register's enables, each placed near what it drives.
-        read, read_out = (lut4(m, platform, name, _read, [fill[0], self.r_rdy, self.r_en], order)
-                          for name, order in (("read", (0, 1, 2)), ("read_out", (1, 0, 2))))
+        read, read_out = replicas(m, platform, ["read", "read_out"], _read, [fill[0], self.r_rdy, self.r_en],
+                                  orders=[(0, 1, 2), (1, 0, 2)])
         m.d.comb += [
             w_port.addr.eq(wp), w_port.data.eq(self.w_data), w_port.en.eq(self.w_en),
             r_port.addr.eq(rp),

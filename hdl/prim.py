@@ -8,6 +8,20 @@ related four-input functions of the same register bits (the packet builder's tem
 selects) came out as a chain of five LUTs, each computing its function from the one before.
 An instantiated ``LUT4`` is kept as it is.
 
+Three techniques built on :func:`lut4`, each with one home here:
+
+* :func:`replica` / :func:`replicas`: copies of one function of the same signals, each its own
+  ``LUT4`` with its pins in another order (another ``INIT``), so that synthesis cannot merge them
+  and each copy can be placed by what it drives (a wide register's enables, a queue's write).
+  Copies may also differ where their value is unused (``fn`` a list, one function per copy).
+* :func:`late_select`: ``sel ? if1 : if0`` per bit, one ``LUT4`` each, for a late-arriving
+  ``sel`` (a handshake) and two values computed ahead from registers: ``sel`` reaches the result
+  through one LUT, not through the logic that computed the two candidates.
+* :func:`pairwise_eq`: an equality compare as ``LUT4``s of two bit pairs each, whose AND is the
+  equality (ABC otherwise shares XOR terms across compares and deepens them).
+
+All of them are plain logic unless ``platform.family == "ecp5"``, as :func:`lut4` is.
+
 :func:`by_state` selects a value by the state of a one-hot FSM as an AND-OR, not as the priority
 chain of ``m.If`` / ``m.Elif`` (which synthesis keeps in order).
 
@@ -22,12 +36,14 @@ Both forms index the same 16-bit truth table with ``Cat(a, b, c, d)`` (``a`` the
 bit), the ``LUT4`` cell's own rule ``Z = INIT[{D, C, B, A}]``.
 """
 
+import itertools
 import operator
 from functools import reduce
 
 from amaranth import Cat, ClockSignal, Const, Instance, Mux, Signal
 
-__all__ = ["BLOCK_RAM", "block_read", "by_state", "lut4", "lut4_init", "outreg_ram", "xor_lut4"]
+__all__ = ["BLOCK_RAM", "block_read", "by_state", "late_select", "lut4", "lut4_init", "outreg_ram", "pairwise_eq",
+           "replica", "replicas", "xor_lut4"]
 
 #: ``Memory(attrs=BLOCK_RAM)``: block RAM even where yosys would pick LUT RAM, and no read-first
 #: collision logic (``no_rw_check``). Only for a memory whose design never reads the entry written
@@ -99,6 +115,51 @@ def lut4(m, platform, name, fn, inputs, order=None):
     else:
         m.d.comb += z.eq(Const(init, 1 << len(inputs)).bit_select(Cat(*inputs), 1))
     return z
+
+
+def replica(m, platform, name, fn, inputs, copy=0, order=None):
+    """Copy number ``copy`` of ``fn(*inputs)`` (as :func:`lut4`): a ``LUT4`` whose pins take the
+    inputs in the ``copy``-th permutation (``itertools.permutations`` order, cycling; copy 0 as
+    given), or in ``order`` if given. Copies with different pin orders have different ``INIT``s, so
+    synthesis keeps them apart; a single copy is a cell of its own for one user. Returns the signal."""
+    if order is None:
+        orders = list(itertools.permutations(range(len(inputs))))
+        order = orders[copy % len(orders)]
+    return lut4(m, platform, name, fn, inputs, order)
+
+
+def replicas(m, platform, names, fn, inputs, orders=None):
+    """One :func:`replica` of ``fn(*inputs)`` per name in ``names``; copy ``c`` takes its pins in
+    ``orders[c]`` (default: the ``c``-th permutation). ``fn`` may be a list, one function per copy,
+    for copies that differ only where their value is not used. Returns the list of signals."""
+    fns = fn if isinstance(fn, (list, tuple)) else [fn] * len(names)
+    if len(fns) != len(names) or (orders is not None and len(orders) != len(names)):
+        raise ValueError(f"replicas: {len(names)} names, {len(fns)} functions, orders {orders!r}")
+    return [replica(m, platform, n, f, inputs, copy=c, order=None if orders is None else orders[c])
+            for c, (n, f) in enumerate(zip(names, fns))]
+
+
+def late_select(m, platform, name, sel, if1, if0):
+    """``Mux(sel, if1, if0)`` bit by bit, each bit one ``LUT4`` of (``sel``, ``if1[i]``,
+    ``if0[i]``) named ``{name}{i}``: for a late ``sel`` choosing between two values computed
+    ahead, so that ``sel`` reaches the result through one LUT. Returns the value (``len(if1)`` bits)."""
+    if1, if0 = Cat(if1), Cat(if0)
+    if len(if1) != len(if0):
+        raise ValueError(f"late_select: if1 has {len(if1)} bits, if0 {len(if0)}")
+    return Cat(*(lut4(m, platform, f"{name}{i}", lambda v, a, b: a if v else b, [sel, if1[i], if0[i]])
+                 for i in range(len(if1))))
+
+
+def pairwise_eq(m, platform, name, x, y, lo=0, hi=None):
+    """``x[lo:hi] == y[lo:hi]`` as ``LUT4``s, each comparing two bits of ``x`` with two of ``y``
+    (``{name}_{i}``, and ``{name}_last`` for an odd bit out). Returns the list of terms: their AND
+    is the equality (empty for an empty range), for the caller to combine with what else it ANDs."""
+    hi = len(Cat(x)) if hi is None else hi
+    terms = [lut4(m, platform, f"{name}_{i}", lambda a, b, c, d: a == b and c == d,
+                  [x[i], y[i], x[i + 1], y[i + 1]]) for i in range(lo, hi - 1, 2)]
+    if hi > lo and (hi - lo) % 2:
+        terms.append(lut4(m, platform, f"{name}_last", lambda a, b: a == b, [x[hi - 1], y[hi - 1]]))
+    return terms
 
 
 def xor_lut4(m, platform, name, bits):

@@ -42,7 +42,7 @@ from ..model import qpc as _model
 from ..model.qpc import (ARG_WIDTH, CACHED_BITS, CACHED_BYTES, COUNTER_NAMES, COUNTER_WIDTH, MUTABLE_BYTES,
                          QPC_FIELDS, QPN_WIDTH, RECORD_BITS, RECORD_BYTES, QpcCacheConfig)
 from .bus import AXI4Signature
-from .prim import BLOCK_RAM, block_read, lut4
+from .prim import BLOCK_RAM, block_read, lut4, pairwise_eq
 
 __all__ = ["Op", "CtrlOp", "Status", "QpState", "record_layout", "cached_layout", "request_layout",
            "response_layout", "ctrl_layout", "ack_layout", "counters_layout", "QpCache", "QpcCacheConfig"]
@@ -328,13 +328,9 @@ class QpCache(wiring.Component):
         c_own = Signal()             # the control FSM has set c_idx (until its acknowledgement)
 
         def eq_terms(name, x, y, lo, hi):
-            """``x[lo:hi] == y[lo:hi]`` as hand-placed LUT4s, each comparing two bits of x with two of y;
+            """``x[lo:hi] == y[lo:hi]`` as LUT4s of two bit pairs each (:func:`~rnic.hdl.prim.pairwise_eq`);
             their AND is the equality."""
-            terms = [lut4(m, platform, f"{name}_{i}", lambda a, b, c, d: a == b and c == d,
-                          [x[i], y[i], x[i + 1], y[i + 1]]) for i in range(lo, hi - 1, 2)]
-            if hi > lo and (hi - lo) % 2:
-                terms.append(lut4(m, platform, f"{name}_last", lambda a, b: a == b, [x[hi - 1], y[hi - 1]]))
-            return terms
+            return pairwise_eq(m, platform, name, x, y, lo, hi)
 
         def compare(qpn, name, port):
             """Hit and entry index of ``qpn``: ways compared in parallel (one-hot), OR-encoded."""
