@@ -147,13 +147,13 @@ def test_command_line_overrides():
 def test_no_defaults_elsewhere():
     """Rnic, EngineModel, expected() and run_workloads take the configuration, nothing of their own."""
     from rnic.hdl.rnic import Rnic
-    from rnic.model.engine import EngineModel
+    from rnic.model.engine import EngineModel, HostMemory
     from rnic.sim.scenario import expected
     assert list(inspect.signature(Rnic.__init__).parameters) == ["self", "config"]
     assert list(inspect.signature(EngineModel.__init__).parameters) == ["self", "mem", "config", "settings"]
     assert list(inspect.signature(expected).parameters) == ["w", "config"]
     with pytest.raises(ValueError, match="config must be an RnicConfig"):
-        Rnic(QpcCacheConfig())
+        EngineModel(HostMemory(), QpcCacheConfig())
 
 
 def test_module_prints_the_table():
