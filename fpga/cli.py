@@ -48,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="synthesize one block of the engine alone, built as the engine with these options "
                         "builds it (default rnic: the whole engine)")
     s.add_argument("--name", default=None,
-                   help="work folder stem: build/synth/<name>-<device>/ (default rnic, plus non-default options)")
+                   help="work folder stem: build/synth/<name>-<device>/ (default rnic, plus the RnicConfig key of a non-default configuration and the speed grade)")
     s.add_argument("--json", required=True, type=Path, metavar="PATH", help="write the JSON report here")
     s.add_argument("--markdown", type=Path, metavar="PATH", help="also write the Markdown table here")
     parser.synth = s

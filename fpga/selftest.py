@@ -107,7 +107,7 @@ class AxiRam(wiring.Component):
     one clock after; ``bd_we`` writes ``bd_wdata`` whole); the AXI side must then be quiet.
     """
 
-    def __init__(self, size: int, init: bytes = b"", *, width: int = 64, id_width: int = 6):
+    def __init__(self, size: int, init: bytes = b"", *, width: int, id_width: int = 6):
         self.size, self.width = size, width
         self.beat = width // 8
         self.depth = size // self.beat
