@@ -23,6 +23,7 @@ import cocotb
 from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, RisingEdge
 
+from rnic.model.config import RnicConfig
 from rnic.model.qpc import (CACHED_BYTES, COUNTER_NAMES, COUNTER_WIDTH, RECORD_BYTES, BusError, CtrlOp, HostTable, Op,
                             QpcCacheConfig, QpcCacheModel, QpContext, QpState, Status)
 from rnic.sim.harness import set_pause
@@ -32,8 +33,8 @@ _MASK32 = (1 << COUNTER_WIDTH) - 1
 
 
 def _cfg_from_env() -> QpcCacheConfig:
-    e, w, t, q = (int(x) for x in os.environ.get("QPC_CFG", "16,4,8,24").split(","))
-    return QpcCacheConfig(entries=e, ways=w, tag_width=t, qpn_bits=q)
+    """The cache under test: the ``qpc`` of ``$RNIC_CONFIG`` (set by the pytest side below)."""
+    return RnicConfig.from_env().qpc
 
 
 def _fields(layout):
@@ -552,19 +553,21 @@ except ImportError:       # inside the simulator
 
 if pytest is not None:
     # qpc-e8-fa also holds only QPNs below 2**10 (Rnic derives the tag width from max_qps)
-    CONFIGS = {"qpc-e16-w4": QpcCacheConfig(16, 4), "qpc-e8-fa": QpcCacheConfig(8, 8, qpn_bits=10)}
+    CONFIGS = {"qpc-e16-w4": RnicConfig().replace(qpc={"entries": 16, "ways": 4}),
+               "qpc-e8-fa": RnicConfig().replace(qpc={"entries": 8, "ways": 8, "qpn_bits": 10})}
 
     def build_config(key):
+        """``(config, build)`` of the cache of ``CONFIGS[key]``, built in ``qpc-<config.key()>``."""
         from rnic.hdl.qp_cache import QpCache
         from rnic.sim.toolchain import build
-        cfg = CONFIGS[key]
-        return cfg, build(lambda: QpCache(cfg), "qp_cache", key)
+        config = CONFIGS[key]
+        return config, build(lambda: QpCache(config.qpc), "qp_cache", f"qpc-{config.key()}")
 
     def run_config(key, env=None, testcase=None, seed=None):
         """Build (cached) and run this module's cocotb tests on configuration ``key``."""
         from rnic.sim.toolchain import run, seed_from_env
-        cfg, b = build_config(key)
-        env = {"QPC_CFG": f"{cfg.entries},{cfg.ways},{cfg.tag_width},{cfg.qpn_bits}", **(env or {})}
+        config, b = build_config(key)
+        env = {**config.env(), **(env or {})}
         return run(b, "test_qp_cache", seed=seed_from_env() if seed is None else seed, testcase=testcase,
                    extra_env=env, test_dir=Path(__file__).parent)
 
@@ -576,7 +579,8 @@ if pytest is not None:
     def test_qp_cache(key):
         _run(key, {"QPC_SCALE": "1" if key == "qpc-e16-w4" else "0.5"})
 
-    CONFIGS.update({"qpc-e16-w1": QpcCacheConfig(16, 1), "qpc-e64-w8": QpcCacheConfig(64, 8)})
+    CONFIGS.update({"qpc-e16-w1": RnicConfig().replace(qpc={"entries": 16, "ways": 1}),
+                    "qpc-e64-w8": RnicConfig().replace(qpc={"entries": 64, "ways": 8})})
 
     @pytest.mark.slow
     @pytest.mark.parametrize("key", ["qpc-e16-w4", "qpc-e16-w1", "qpc-e64-w8"])

@@ -21,6 +21,7 @@ import cocotb
 import pytest
 from cocotb.triggers import ClockCycles, RisingEdge
 
+from rnic.model.config import RnicConfig
 from rnic.model.descriptor import LinkMode
 from rnic.model.qpc import PathMtu, QpState, ServiceType
 from rnic.model.regs import REG
@@ -30,7 +31,8 @@ from rnic.sim.scenario import (CHECKED_REGS, CQ_RINGS, QPC_BASE, WorkloadBuilder
                                 random_workload)
 from rnic.sim.verbs import ModelDevice, Verbs
 
-MAX_QPS = 256
+#: The engine under test (``$RNIC_CONFIG``, set by the pytest side below; absent: the default).
+CONFIG = RnicConfig.from_env()
 BENCH = os.environ.get("RNIC_BENCH")
 
 
@@ -42,7 +44,7 @@ def _seed() -> int:
 async def test_every_mode_and_opcode(dut):
     """Each link mode x service x opcode, one- and multi-packet, inline and zero-length."""
     tb = TB(dut, _seed())
-    await tb.run(every_opcode_workload(tb.rng, max_qps=MAX_QPS))
+    await tb.run(every_opcode_workload(tb.rng))
 
 
 @cocotb.test(skip=bool(BENCH))
@@ -55,8 +57,7 @@ async def test_random_traffic(dut):
     for k in range(int(os.environ.get("RNIC_ROUNDS", "4"))):
         tb.reseed(seed + k)
         nqps = tb.rng.choice([1, 3, 8, 24, 40])
-        w = random_workload(tb.rng, nqps=nqps, wqes=max(2, 24 // nqps), max_len=tb.rng.choice([6000, 1 << 16]),
-                            max_qps=MAX_QPS)
+        w = random_workload(tb.rng, nqps=nqps, wqes=max(2, 24 // nqps), max_len=tb.rng.choice([6000, 1 << 16]))
         await tb.run(w, latency=(1, tb.rng.choice([20, 500])), pause=0.2, sink_pause=tb.rng.choice([0.0, 0.3]))
         # store and forward: once a frame has started, every clock the sink is ready has a beat
         assert not watch.gaps, f"seed {seed + k}: {len(watch.gaps)} clocks inside frames with tready and no tvalid, " \
@@ -66,7 +67,7 @@ async def test_random_traffic(dut):
 
 def prefetch_workload(rng: random.Random, quota: int):
     """Chains of unsignaled WQEs, which the engine reads ahead of, broken every way a chain breaks."""
-    b = WorkloadBuilder(6, rng=rng, quota=quota, max_qps=MAX_QPS)
+    b = WorkloadBuilder(6, rng=rng, quota=quota)
     u = WqeFlags(0)
     for q in range(6):
         b.cq(q)
@@ -131,7 +132,7 @@ def handoff_workload(rng: random.Random, quota: int):
     errors, a signaled WQE whose CQE overflows a small CQ, QPs sharing a CQ (the CQEs' order across
     QPs is checked), a QP in ERROR to flush, a bad WQE and an unreadable WQE at a turn's start."""
     nqps = rng.choice([2, 3, 5, 8])
-    b = WorkloadBuilder(nqps, ncqs=nqps, rng=rng, quota=quota, max_qps=MAX_QPS)
+    b = WorkloadBuilder(nqps, ncqs=nqps, rng=rng, quota=quota)
     u = WqeFlags(0)
     for q in range(nqps):
         b.cq(q, log_size=rng.choice([2, 3, 8]))
@@ -169,7 +170,7 @@ async def test_handoff(dut):
         await tb.run(handoff_workload(tb.rng, quota), latency=(1, 60), pause=0.1, sink_pause=tb.rng.choice([0.0, 0.2]))
     # overlap: two QPs of unsignaled 64-byte SENDs, memory latency 100, sink always ready; their
     # WQEs (RC, not inline) are read short, 40 bytes in whole beats
-    b = WorkloadBuilder(2, rng=tb.rng, quota=4, max_qps=MAX_QPS)
+    b = WorkloadBuilder(2, rng=tb.rng, quota=4)
     for q in range(2):
         b.cq(q)
         b.qp(q, mtu=PathMtu.MTU_1024)
@@ -225,14 +226,14 @@ async def test_verbs(dut):
     tb = TB(dut, _seed())
     rng = tb.rng
     nqps = 6
-    b = WorkloadBuilder(nqps, rng=rng, quota=rng.choice([2, 16]), max_qps=MAX_QPS)
-    config = dataclasses.replace(b.config, enable=True)
+    b = WorkloadBuilder(nqps, rng=rng, quota=rng.choice([2, 16]))
+    config = dataclasses.replace(b.settings, enable=True)
     tb.ram.load(HostMemory(), latency=(1, rng.choice([20, 200])), pause=0.2)
     tb.backpressure(rng.choice([0.0, 0.3]))
     await tb.reset()
     while not tb.sink.empty():
         tb.sink.recv_nowait()
-    model = EngineModel(HostMemory(), max_qps=MAX_QPS, width=tb.width, max_mtu=tb.max_mtu)
+    model = EngineModel(HostMemory(), tb.config)
     rtl, ref = Verbs(RtlDevice(tb), config), Verbs(ModelDevice(model), config)
     both = (rtl, ref)
     services = [ServiceType.RC, ServiceType.UC, ServiceType.UD] * 2
@@ -240,7 +241,7 @@ async def test_verbs(dut):
         await v.open()
     for q in range(nqps):
         ctx = b.qp(q, service=services[q], mode=rng.choice(list(LinkMode)),
-                   mtu=rng.choice([m for m in (PathMtu.MTU_256, PathMtu.MTU_1024) if m.bytes <= tb.max_mtu]),
+                   mtu=rng.choice([m for m in (PathMtu.MTU_256, PathMtu.MTU_1024) if m.bytes <= tb.config.max_mtu]),
                    sgid_index=rng.randrange(3))
         for v in both:
             v.create_cq(q, CQ_RINGS + q * 0x2000, log_size=6)
@@ -339,8 +340,8 @@ async def test_interrupt_moderation(dut):
     seed = _seed()
     tb = TB(dut, seed)
     for count, timer in ((3, 0), (4, 300)):
-        b = WorkloadBuilder(4, rng=tb.rng, int_mod_count=count, max_qps=MAX_QPS)
-        b.config.int_mod_timer = timer
+        b = WorkloadBuilder(4, rng=tb.rng, int_mod_count=count)
+        b.settings.int_mod_timer = timer
         for q in range(4):
             b.cq(q)
             b.qp(q)
@@ -365,8 +366,7 @@ async def test_many_qps(dut):
     seed = _seed()
     tb = TB(dut, seed)
     slow = bool(os.environ.get("RNIC_SLOW"))
-    w = random_workload(tb.rng, nqps=MAX_QPS, wqes=3 if slow else 2, max_len=1 << 16 if slow else 2048,
-                        max_qps=MAX_QPS)
+    w = random_workload(tb.rng, nqps=tb.config.max_qps, wqes=3 if slow else 2, max_len=1 << 16 if slow else 2048)
     await tb.run(w, latency=(1, 500 if slow else 100), pause=0.2, sink_pause=0.3, timeout=50_000_000)
 
 
@@ -393,7 +393,7 @@ async def _sends(tb, qps, size, mtu, messages, mem_latency, quota):
     """Unsignaled RoCEv2 SENDs of ``size`` bytes posted round robin over ``qps`` QPs, every doorbell
     before ENABLE, host memory answering ``mem_latency`` clocks after each AR, sink always ready.
     Returns the frame sizes in wire order and the :class:`FrameClock`."""
-    b = WorkloadBuilder(qps, rng=tb.rng, quota=quota, max_qps=MAX_QPS)
+    b = WorkloadBuilder(qps, rng=tb.rng, quota=quota)
     for q in range(qps):
         b.cq(q)
         b.qp(q, mtu=_mtu(mtu), mode=LinkMode.ROCEV2_IPV4, sgid_index=0)
@@ -450,7 +450,7 @@ async def _bench_latency(tb, mem_latency):
     """Doorbell (the DB_SQ_PI write's W handshake) to the first and to the last frame beat, for a QP
     whose context is not cached (first doorbell after reset) and for the same QP again (cached)."""
     dut = tb.dut
-    b = WorkloadBuilder(1, rng=tb.rng, max_qps=MAX_QPS)
+    b = WorkloadBuilder(1, rng=tb.rng)
     b.cq(0)
     b.qp(0, mtu=PathMtu.MTU_1024, sgid_index=0)
     b.post(0, WqeOpcode.SEND, 64, flags=WqeFlags(0))
@@ -487,7 +487,7 @@ async def _bench_fairness(tb, qps, quota, mem_latency, long_len=65536, short_len
     one QP over another at any point (round robin bounds it by the quota), Jain's index over the
     QPs' wire bytes up to the last round boundary in the span (1 = equal shares), and the longest
     run of other QPs' packets between two packets of one QP (bounded by (QPs - 1) x quota)."""
-    b = WorkloadBuilder(qps, rng=tb.rng, quota=quota, max_qps=MAX_QPS)
+    b = WorkloadBuilder(qps, rng=tb.rng, quota=quota)
     for q in range(qps):
         b.cq(q)
         b.qp(q, mtu=PathMtu.MTU_1024, mode=LinkMode.ROCEV2_IPV4, sgid_index=0)
@@ -581,17 +581,24 @@ async def bench(dut):
 
 # --- pytest side -------------------------------------------------------------------------------------
 
-def build_rnic(width: int = 64, max_mtu: int = 4096):
-    """The engine on Verilator (cached build, one per configuration)."""
+def build_rnic(config: RnicConfig):
+    """The engine of ``config`` on Verilator (cached build, one per configuration: ``config.key()``)."""
     from rnic.hdl.rnic import Rnic
     from rnic.sim.rtl import rtl_key
     from rnic.sim.toolchain import build
-    return build(lambda: Rnic(max_qps=MAX_QPS, width=width, max_mtu=max_mtu), "rnic", rtl_key(MAX_QPS, width, max_mtu))
+    return build(lambda: Rnic(config), "rnic", rtl_key(config))
+
+
+def _run(config: RnicConfig, **kw):
+    """The cocotb tests on the engine of ``config``, which reaches them in ``$RNIC_CONFIG``."""
+    from rnic.sim.toolchain import run, seed_from_env
+    env = {**kw.pop("extra_env", {}), **config.env()}
+    run(build_rnic(config), "test_rnic", seed=seed_from_env(), test_dir=Path(__file__).resolve().parent,
+        extra_env=env, **kw)
 
 
 def test_rnic():
-    from rnic.sim.toolchain import run, seed_from_env
-    run(build_rnic(), "test_rnic", seed=seed_from_env(), test_dir=Path(__file__).resolve().parent)
+    _run(CONFIG)
 
 
 _WIDE_TESTS = ("test_every_mode_and_opcode,test_random_traffic,test_wqe_prefetch,test_handoff,test_read_width,test_verbs,"
@@ -599,9 +606,7 @@ _WIDE_TESTS = ("test_every_mode_and_opcode,test_random_traffic,test_wqe_prefetch
 
 
 def _run_wide(width, max_mtu):
-    from rnic.sim.toolchain import run, seed_from_env
-    run(build_rnic(width, max_mtu), "test_rnic", seed=seed_from_env(), testcase=_WIDE_TESTS,
-        test_dir=Path(__file__).resolve().parent, extra_env={"RNIC_MAX_MTU": str(max_mtu)})
+    _run(CONFIG.replace(width=width, max_mtu=max_mtu), testcase=_WIDE_TESTS)
 
 
 def test_rnic_wide():
@@ -617,14 +622,12 @@ def test_rnic_widths(width):
 
 @pytest.mark.slow
 def test_rnic_long():
-    from rnic.sim.toolchain import run, seed_from_env
-    run(build_rnic(), "test_rnic", seed=seed_from_env(), test_dir=Path(__file__).resolve().parent,
-        extra_env={"RNIC_SLOW": "1", "RNIC_ROUNDS": "40"})
+    _run(CONFIG, extra_env={"RNIC_SLOW": "1", "RNIC_ROUNDS": "40"})
 
 
 def error_workload(rng: random.Random):
     """One QP per bad-input class of docs/engine.md, interleaved with healthy QPs on the same engine."""
-    b = WorkloadBuilder(16, rng=rng, quota=3, max_qps=MAX_QPS)
+    b = WorkloadBuilder(16, rng=rng, quota=3)
     for c in range(16):
         b.cq(c, log_size=2 if c == 9 else 6)
     for q in range(14):
@@ -671,8 +674,8 @@ def error_workload(rng: random.Random):
     w_doorbells = [(q, None) for q in (0, 1, 2, 3, 4, 5, 7, 8, 9, 10, 11, 12, 13, 14, 15)]
     w_doorbells.insert(3, (6, (1 << 8) + 2))                  # log_sq_size 8: 257 ahead is too far
     w_doorbells.insert(5, (200, 1))                           # QPN beyond QPC_SIZE (16)
-    w_doorbells.insert(7, (MAX_QPS + 3, 1))                   # QPN beyond the scheduler (QPC_SIZE 512)
-    b.config.qpc_size = 512
+    w_doorbells.insert(7, (CONFIG.max_qps + 3, 1))           # QPN beyond the scheduler (QPC_SIZE 512)
+    b.settings.qpc_size = 512
     return b.build(w_doorbells)
 
 

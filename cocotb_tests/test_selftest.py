@@ -43,9 +43,10 @@ async def run_selftest(dut, inject: int) -> int:
 @cocotb.test()
 async def test_selftest_passes(dut):
     from rnic.fpga.selftest import Fail, selftest_workload
+    from rnic.model.config import RnicConfig
     from rnic.sim.scenario import expected
 
-    model = expected(selftest_workload())
+    model = expected(selftest_workload(), RnicConfig.from_env())
     cocotb.start_soon(Clock(dut.clk, 4, unit="ns").start())
     await run_selftest(dut, 0)
     assert int(dut.fail_code.value) == Fail.NONE, f"fail_code {int(dut.fail_code.value)} info {int(dut.fail_info.value)}"
@@ -75,8 +76,10 @@ async def test_selftest_checkers_fail(dut):
 if pytest is not None:
     def test_selftest():
         from rnic.fpga.selftest import SelfTest
+        from rnic.model.config import RnicConfig
         from rnic.sim.toolchain import build, run, seed_from_env
 
-        b = build(SelfTest, "selftest", "selftest", opt="-O0")
-        run(b, "test_selftest", seed=seed_from_env(1), test_dir=Path(__file__).parent)
+        config = RnicConfig.from_env()
+        b = build(lambda: SelfTest(config=config), "selftest", f"selftest-{config.key()}", opt="-O0")
+        run(b, "test_selftest", seed=seed_from_env(1), test_dir=Path(__file__).parent, extra_env=config.env())
 

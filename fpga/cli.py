@@ -17,16 +17,16 @@ import sys
 import time
 from pathlib import Path
 
-from ..model.regs import DATAPATH_WIDTHS
+from ..model.config import DATAPATH_WIDTHS, RnicConfig, add_config_arguments, config_from_args
 from .synth import DEVICES
 
 __all__ = ["SUPPORTED_WIDTHS", "build_parser", "parse_args", "engine_config", "default_name", "build_engine",
            "build_top", "source_state", "verdict_line", "render_markdown", "main"]
 
 SUPPORTED_WIDTHS = DATAPATH_WIDTHS
-DEFAULTS = {"width": 64, "qp_cache_entries": 16, "qp_cache_ways": 4}
 # the whole engine, or one of the blocks of Rnic.block_factories()
 BLOCKS = ("rnic", "regs", "cache", "engine", "reader", "builder", "gate", "axi")
+# the report's config section: these RnicConfig parameters besides width and the cache geometry
 ENGINE_PARAMS = ("max_qps", "max_mtu", "window", "payload_queue", "desc_queue", "wqe_prefetch")
 
 
@@ -39,15 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "Markdown table. Exit 0 with a report (also when it does not fit), 1 on a "
                                    "tool failure, 2 on a usage error.")
     s.add_argument("--device", required=True, choices=sorted(DEVICES), help="target device")
-    s.add_argument("--width", type=int, default=DEFAULTS["width"],
-                   help=f"datapath width in bits; supported: {', '.join(map(str, SUPPORTED_WIDTHS))} (default 64)")
-    s.add_argument("--qp-cache", type=int, default=DEFAULTS["qp_cache_entries"], metavar="N",
-                   help="QP context cache entries, a power of two (default 16)")
-    s.add_argument("--qp-cache-ways", type=int, default=None, metavar="W",
-                   help="QP context cache associativity, a power of two <= N (default min(4, N))")
-    s.add_argument("--max-qps", type=int, help="QPNs the scheduler holds, a power of two (default: Rnic's)")
-    s.add_argument("--max-mtu", type=int, help="largest path MTU in bytes, 256..4096 (default: Rnic's, 4096)")
-    s.add_argument("--window", type=int, help="packets issued ahead of their payload reads (default: Rnic's)")
+    add_config_arguments(s)
     s.add_argument("--target-mhz", type=float, default=156.25, metavar="F", help="clock target (default 156.25)")
     s.add_argument("--seed", type=int, default=1, metavar="S", help="nextpnr placement seed (default 1)")
     s.add_argument("--router", choices=("router1", "router2"), help="nextpnr router (default: nextpnr's, router1)")
@@ -56,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="synthesize one block of the engine alone, built as the engine with these options "
                         "builds it (default rnic: the whole engine)")
     s.add_argument("--name", default=None,
-                   help="work folder stem: build/synth/<name>-<device>/ (default rnic, plus non-default options)")
+                   help="work folder stem: build/synth/<name>-<device>/ (default rnic, plus the RnicConfig key of a non-default configuration and the speed grade)")
     s.add_argument("--json", required=True, type=Path, metavar="PATH", help="write the JSON report here")
     s.add_argument("--markdown", type=Path, metavar="PATH", help="also write the Markdown table here")
     parser.synth = s
@@ -90,57 +82,44 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                f"not {args.out}")
         return args
     error = parser.synth.error
-    if args.width not in SUPPORTED_WIDTHS:
-        error(f"--width {args.width} is not supported: supported widths are {', '.join(map(str, SUPPORTED_WIDTHS))}")
-    if args.qp_cache_ways is None:
-        args.qp_cache_ways = min(DEFAULTS["qp_cache_ways"], max(args.qp_cache, 1))
-    from ..model.qpc import QpcCacheConfig
+    if args.cfg_width is not None and args.cfg_width not in SUPPORTED_WIDTHS:
+        error(f"--width {args.cfg_width} is not supported: supported widths are "
+              f"{', '.join(map(str, SUPPORTED_WIDTHS))}")
     try:
-        QpcCacheConfig(entries=args.qp_cache, ways=args.qp_cache_ways)
+        args.config = config_from_args(args)
     except ValueError as err:
-        error(f"--qp-cache {args.qp_cache} --qp-cache-ways {args.qp_cache_ways}: {err}")
-    if args.max_qps is not None and (args.max_qps < 1 or args.max_qps & (args.max_qps - 1)):
-        error(f"--max-qps must be a power of two, not {args.max_qps}")
-    if args.max_mtu is not None and args.max_mtu not in (256, 512, 1024, 2048, 4096):
-        error(f"--max-mtu must be 256, 512, 1024, 2048 or 4096, not {args.max_mtu}")
-    if args.window is not None and args.window < 1:
-        error(f"--window must be at least 1, not {args.window}")
+        error(f"engine configuration: {err}")
     if args.target_mhz <= 0:
         error(f"--target-mhz must be positive, not {args.target_mhz:g}")
     return args
 
 
 def engine_config(args: argparse.Namespace, engine=None) -> dict:
-    """The ``config`` section of the report: the options, and the effective ``max_qps``, ``window``
-    (and ``payload_queue`` / ``desc_queue`` / ``wqe_prefetch`` where ``Rnic`` has them) read from ``engine``."""
-    config = {"width": args.width, "qp_cache_entries": args.qp_cache, "qp_cache_ways": args.qp_cache_ways}
-    for key in ENGINE_PARAMS:
-        value = getattr(engine, key, None) if engine is not None else getattr(args, key, None)
-        if value is not None:
-            config[key] = value
+    """The ``config`` section of the report: the engine's configuration (``engine.config`` if given,
+    else the one the options make), with the cache geometry as ``qp_cache_*``."""
+    c = engine.config if engine is not None else args.config
+    config = {"width": c.width, "qp_cache_entries": c.qpc.entries, "qp_cache_ways": c.qpc.ways}
+    config.update({key: getattr(c, key) for key in ENGINE_PARAMS})
+    if c.qpc != RnicConfig().qpc:
+        config.update({"qp_cache_tag_width": c.qpc.tag_width, "qp_cache_qpn_bits": c.qpc.qpn_bits})
     return config
 
 
 def default_name(args: argparse.Namespace) -> str:
-    """``rnic`` (or ``rnic.<block>``) plus a suffix for each option that differs from its default."""
+    """``rnic`` (or ``rnic.<block>``), plus the configuration's key when it is not the default,
+    plus the speed grade when given."""
     name = "rnic" if args.block == "rnic" else f"rnic.{args.block}"
-    for value, default, tag in ((args.width, DEFAULTS["width"], "w"),
-                                (args.qp_cache, DEFAULTS["qp_cache_entries"], "qpc"),
-                                (args.qp_cache_ways, min(DEFAULTS["qp_cache_ways"], args.qp_cache), "ways"),
-                                (args.max_qps, None, "qps"), (args.max_mtu, None, "mtu"), (args.window, None, "win"),
-                                (args.speed, None, "speed")):
-        if value is not None and value != default:
-            name += f"-{tag}{value}"
+    if args.config != RnicConfig():
+        name += f"-{args.config.key()}"
+    if args.speed is not None:
+        name += f"-speed{args.speed}"
     return name
 
 
 def build_engine(args: argparse.Namespace):
-    """``Rnic`` with the given options; the ones not given keep ``Rnic``'s defaults."""
+    """``Rnic`` of the configuration the options make (RnicConfig's defaults for those not given)."""
     from ..hdl.rnic import Rnic
-    from ..model.qpc import QpcCacheConfig
-    kwargs = {k: getattr(args, k) for k in ("max_qps", "max_mtu", "window") if getattr(args, k) is not None}
-    kwargs["width"] = args.width
-    return Rnic(QpcCacheConfig(entries=args.qp_cache, ways=args.qp_cache_ways), **kwargs)
+    return Rnic(args.config)
 
 
 def build_top(args: argparse.Namespace):

@@ -26,9 +26,7 @@ board or in simulation that each checker can fail.
 
 from __future__ import annotations
 
-import dataclasses
 import enum
-import inspect
 import random
 
 from amaranth import Cat, Const, Module, Mux, Signal
@@ -39,6 +37,7 @@ from amaranth.utils import exact_log2
 
 from ..hdl.bus import AXI4Signature
 from ..hdl.rnic import Rnic
+from ..model.config import RnicConfig
 from ..model.descriptor import LinkMode
 from ..model.qpc import PathMtu, ServiceType
 from ..model.regs import REG
@@ -46,10 +45,6 @@ from ..model.wqe import WqeFlags, WqeOpcode
 from ..sim.scenario import CHECKED_REGS, MemoryMap, Workload, WorkloadBuilder, expected
 
 __all__ = ["SELFTEST_MAP", "Fail", "Op", "selftest_workload", "AxiRam", "SelfTest"]
-
-#: ``Rnic``'s keyword defaults, so the model of the engine is built for what ``Rnic(**kwargs)`` builds.
-_RNIC_DEFAULTS = {name: p.default for name, p in inspect.signature(Rnic.__init__).parameters.items()
-                  if p.kind is p.KEYWORD_ONLY}
 
 #: 32 KiB of host memory: QP contexts, CQ contexts, 16-entry CQ and send rings, 16 KiB of payload.
 SELFTEST_MAP = MemoryMap(size=0x8000, qpc_base=0x0000, cq_base=0x0400, cq_rings=0x0800, cq_stride=0x200,
@@ -112,7 +107,7 @@ class AxiRam(wiring.Component):
     one clock after; ``bd_we`` writes ``bd_wdata`` whole); the AXI side must then be quiet.
     """
 
-    def __init__(self, size: int, init: bytes = b"", *, width: int = 64, id_width: int = 6):
+    def __init__(self, size: int, init: bytes = b"", *, width: int, id_width: int = 6):
         self.size, self.width = size, width
         self.beat = width // 8
         self.depth = size // self.beat
@@ -202,20 +197,17 @@ class SelfTest(wiring.Component):
         Hold the frame sink not ready one clock in four, pseudo-randomly.
     timeout : int
         Clocks from reset after which an unfinished run fails.
-    rnic_kwargs
-        For :class:`Rnic` (``width``, ``max_mtu``, cache geometry, queue depths).
+    config : RnicConfig
+        The engine under test; the golden model that writes the checkers is built for the same one.
     """
 
     def __init__(self, workload: Workload | None = None, *, sink_pause: bool = True, timeout: int = 1 << 22,
-                 **rnic_kwargs):
-        self.rnic_kwargs = rnic_kwargs
-        cfg = {**_RNIC_DEFAULTS, **rnic_kwargs}
-        # the model of this engine: CAPS and the doorbell check depend on max_qps
-        self.workload = w = dataclasses.replace(workload or selftest_workload(), max_qps=cfg["max_qps"])
-        self.width = width = cfg["width"]
-        max_mtu = cfg["max_mtu"]
+                 config: RnicConfig = RnicConfig()):
+        self.config = config
+        self.workload = w = workload or selftest_workload()
+        self.width = width = config.width
         self.sink_pause, self.timeout = sink_pause, timeout
-        self.model = model = expected(w, width=width, max_mtu=max_mtu)
+        self.model = model = expected(w, config)
         beat = width // 8
         size = w.memory_map.size
         image = w.mem.peek(0, size)
@@ -243,7 +235,7 @@ class SelfTest(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         W, beat = self.width, self.width // 8
-        m.submodules.rnic = rnic = Rnic(**self.rnic_kwargs)
+        m.submodules.rnic = rnic = Rnic(self.config)
         m.submodules.ram = ram = AxiRam(self.workload.memory_map.size, self.image, width=W,
                                         id_width=len(rnic.m_axi.arid))
         wiring.connect(m, rnic.m_axi, ram.s_axi)

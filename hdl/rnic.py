@@ -6,17 +6,14 @@ wide; the QP cache and the completion writer move 8-byte beats on it as AXI narr
 (:class:`rnic.hdl.narrow.NarrowPort`), the payload reader and the WQE fetch full-width beats.
 """
 
-import dataclasses
-
 from amaranth import Cat, Module, Signal
 from amaranth.hdl import Assert
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
-from amaranth.utils import exact_log2
 
 from ..model.descriptor import DESC_FIELDS
-from ..model.qpc import PathMtu, QpcCacheConfig
-from ..model.regs import DATAPATH_WIDTHS, caps, caps2
+from ..model.config import RnicConfig
+from ..model.regs import caps, caps2
 from .bus import AXI4LiteSignature, AXI4Signature, AXIStreamSignature, skid_stage, stream_to_axis
 from .dma import AxiInterconnect, PayloadReader
 from .engine import DescriptorEngine, FrameGate
@@ -36,34 +33,11 @@ class Rnic(wiring.Component):
 
     Parameters
     ----------
-    cache_cfg : QpcCacheConfig
-        QP context cache geometry (default 16 entries, 4-way).
-    width : int
-        Datapath width in bits, 64, 128, 256 or 512: host AXI data and the frame stream.
-    max_mtu : int
-        Largest path MTU in bytes (256 .. 4096). A QP context asking for a larger one is a bad
-        context (LOC_QP_OP_ERR completion); CAPS2 reports both.
-    max_qps : int
-        QPNs the scheduler holds (a power of two; CAPS[31:24] reports its log2).
-    window : int
-        Packets the engine issues ahead of their payload reads' completion.
-    payload_queue : int
-        Beats of payload the reader may have requested and not yet handed to the packet builder.
-        A packet's frame starts only once all its payload is here, so it must hold one largest
-        packet: at least ``max_mtu / (width / 8) - 2`` beats (the reader's output stage holds 3).
-        Back-to-back packets at full rate need about one largest packet plus the memory latency in
-        clocks (``docs/engine.md``: at W = 64, MTU 4096 and 500-clock memory, 1024 gives 0.83 of
-        the wire and 2048 gives 1.00).
-    desc_queue : int
-        Packet descriptors queued in front of the packet builder. Each waits there until its
-        payload has arrived (store and forward), so the depth bounds how many packets are issued,
-        and their payload read, ahead of the wire; issuing further ahead hides more memory latency.
-    wqe_prefetch : int
-        WQE reads (one burst each: 64 bytes, or 40 of an RC or UC WQE) in flight at once, 1 .. 8:
-        the engine reads up to ``wqe_prefetch - 1`` WQEs ahead of a chain of unsignaled WQEs
-        (``docs/engine.md``).
-        Default 8: the next turn's lookahead also needs room in the WQE queue beside the current
-        turn's read-ahead (with 4 at W = 64, 16 QPs' 64-byte SENDs measured 0.766, with 8 0.949).
+    config : RnicConfig
+        Every parameter of the engine (``rnic.model.config``, README "Configuration"): datapath
+        width, largest MTU, QPNs the scheduler holds, issue window, WQE prefetch, payload and
+        descriptor queue depths, QP context cache geometry. ``Rnic`` passes them to the blocks it
+        builds, each explicitly.
 
     Members
     -------
@@ -80,23 +54,11 @@ class Rnic(wiring.Component):
         Level interrupt: ``INT_STATUS & INT_ENABLE`` non-zero.
     """
 
-    def __init__(self, cache_cfg: QpcCacheConfig | None = None, *, width: int = 64, max_mtu: int = 4096,
-                 max_qps: int = 256, window: int = 32, payload_queue: int = 1024, desc_queue: int = 16,
-                 wqe_prefetch: int | None = None):
-        if width not in DATAPATH_WIDTHS:
-            raise ValueError(f"width must be 64, 128, 256 or 512, not {width!r}")
-        PathMtu.of_bytes(max_mtu)                       # 256 .. 4096 or ValueError
-        # a packet's raw beats (one more than its payload beats when unaligned) must fit the queue
-        # plus the reader's three-beat output stage: its frame waits for all of them
-        least = max_mtu // (width // 8) + 1 - 3
-        if payload_queue < least:
-            raise ValueError(f"payload_queue must be at least {least} beats at width {width} and max_mtu "
-                             f"{max_mtu} (one largest packet), not {payload_queue!r}")
-        self.cache_cfg = cache_cfg or QpcCacheConfig()
-        self.width, self.max_mtu = width, max_mtu
-        self.max_qps, self.window, self.payload_queue = max_qps, window, payload_queue
-        self.desc_queue = desc_queue
-        self.wqe_prefetch = wqe_prefetch if wqe_prefetch is not None else 8
+    def __init__(self, config: RnicConfig = RnicConfig()):
+        if not isinstance(config, RnicConfig):
+            raise ValueError(f"config must be an RnicConfig, not {config!r}")
+        self.config = config
+        width = config.width
         super().__init__({
             "s_axil": In(AXI4LiteSignature(addr_width=16, data_width=32)),
             "m_axi": Out(AXI4Signature(addr_width=64, data_width=width, id_width=6)),
@@ -108,20 +70,20 @@ class Rnic(wiring.Component):
         """Constructors of the blocks as this engine builds them, by submodule name: ``regs``,
         ``cache``, ``engine``, ``reader``, ``builder``, ``gate``, ``axi`` (``rnic.fpga synth --block``
         synthesizes one alone)."""
-        W, mtu = self.width, PathMtu.of_bytes(self.max_mtu)
+        c = self.config
+        W = c.width
         return {
-            "regs": lambda: RegisterBlock(caps=caps(self.max_qps), caps2=caps2(W, mtu)),
+            "regs": lambda: RegisterBlock(caps=caps(c.max_qps), caps2=caps2(W, c.mtu)),
             # the engine requests only QPNs its scheduler holds: the tags need log2(max_qps) bits
-            "cache": lambda: QpCache(dataclasses.replace(
-                self.cache_cfg, qpn_bits=min(self.cache_cfg.qpn_bits, exact_log2(self.max_qps)))),
-            "engine": lambda: DescriptorEngine(self.cache_cfg, max_qps=self.max_qps, window=self.window,
-                                               max_mtu=mtu, wqe_prefetch=self.wqe_prefetch, deep_below=8 * W,
+            "cache": lambda: QpCache(c.cache_qpc),
+            "engine": lambda: DescriptorEngine(c.qpc, max_qps=c.max_qps, window=c.window, max_mtu=c.mtu,
+                                               wqe_prefetch=c.wqe_prefetch, deep_below=c.deep_below,
                                                wqe_width=W),
-            "reader": lambda: PayloadReader(max_payload=self.max_mtu, fifo_depth=self.payload_queue, data_width=W),
+            "reader": lambda: PayloadReader(max_payload=c.max_mtu, fifo_depth=c.payload_queue, data_width=W),
             "builder": lambda: PacketBuilder(W, late=True),
             # abort bits wait here from a packet's read result until its frame leaves: the window's
             # uncommitted packets plus as many committed ones as the payload queue holds
-            "gate": lambda: FrameGate(self.window, depth=2 * self.window, width=W),
+            "gate": lambda: FrameGate(c.window, depth=2 * c.window, width=W),
             # the control reads (contexts, WQEs, CQ) go before payload bursts: each is short and
             # bounded by its master's own credit, and a WQE read queued behind a 4 KiB burst stalls
             # the next packet for the burst's length
@@ -131,7 +93,8 @@ class Rnic(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        W = self.width
+        c = self.config
+        W = c.width
         new = self.block_factories()
         m.submodules.regs = regs = new["regs"]()
         m.submodules.cache = cache = new["cache"]()
@@ -182,9 +145,9 @@ class Rnic(wiring.Component):
 
         def late(p):
             return Cat(*(getattr(p, n) for n in LATE_FIELDS))
-        m.submodules.desc_q = dq = BlockFIFO(width=len(early(eng.desc.payload)), depth=self.desc_queue,
+        m.submodules.desc_q = dq = BlockFIFO(width=len(early(eng.desc.payload)), depth=c.desc_queue,
                                              fabric_out=True)
-        m.submodules.late_q = lq = BlockFIFO(width=len(late(eng.desc.payload)), depth=self.desc_queue + 8,
+        m.submodules.late_q = lq = BlockFIFO(width=len(late(eng.desc.payload)), depth=c.desc_queue + 8,
                                              fabric_out=True)
         m.d.comb += [lq.w_en.eq(eng.desc.valid & dq.w_rdy), lq.w_data.eq(late(eng.desc.payload)),
                      pb.desc_late.valid.eq(lq.r_rdy), late(pb.desc_late.payload).eq(lq.r_data),
@@ -192,8 +155,8 @@ class Rnic(wiring.Component):
         m.d.sync += Assert(~lq.w_en | lq.w_rdy, "rnic: late descriptor queue full\n")
         # Store and forward: a descriptor goes to the builder only once its packet's payload has all
         # arrived (the reader's statuses come in packet order), so a started frame never waits for
-        # host memory; the payload queue holds a whole packet (checked in __init__).
-        arrived = Signal(range(self.desc_queue + self.window + 2))
+        # host memory; the payload queue holds a whole packet (checked by RnicConfig).
+        arrived = Signal(range(c.desc_queue + c.window + 2))
         release = Signal()
         m.d.comb += release.eq(dq.r_rdy & (arrived != 0) & pb.desc.ready)
         m.d.sync += arrived.eq(arrived + (rd.status.valid & rd.status.ready) - release)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import collections
 from dataclasses import dataclass
 
+from .config import RnicConfig
 from .descriptor import LinkMode, PacketDesc
 from .frames import build_frame, normalize_desc
 from .opcodes import Opcode
@@ -31,7 +32,7 @@ from .regs import COUNTER_NAMES, REG, caps, caps2, SGID_BASE, SGID_ENTRIES, SGID
 from .wqe import (CQ_RECORD_BYTES, CQE_BYTES, MAX_MESSAGE, WQE_BYTES, Cqe, CqContext, CqeStatus, CqState, Wqe,
                   WqeFlags, WqeOpcode, inline_capacity)
 
-__all__ = ["HostMemory", "ERROR_ALIGN", "PAGE", "sq_slot", "split_bursts", "SgidEntry", "EngineConfig", "TxPacket",
+__all__ = ["HostMemory", "ERROR_ALIGN", "PAGE", "sq_slot", "split_bursts", "SgidEntry", "RegisterSettings", "TxPacket",
            "CqeWrite", "IrqEvent", "EngineModel", "Driver", "bth_opcode", "PSN_MASK", "MAX_LOG_RING"]
 
 PAGE = 4096
@@ -137,9 +138,10 @@ class SgidEntry:
 
 
 @dataclass
-class EngineConfig:
-    """The configuration registers as one object; :meth:`writes` is the AXI4-Lite write sequence
-    that software (or a cocotb test) issues to apply it."""
+class RegisterSettings:
+    """The values software writes to the configuration registers, as one object; :meth:`writes` is
+    the AXI4-Lite write sequence that software (or a cocotb test) issues to apply them. (The
+    engine's build-time parameters are :class:`rnic.model.config.RnicConfig`.)"""
 
     qpc_base: int = 0
     qpc_size: int = 0
@@ -247,27 +249,31 @@ class EngineModel:
     :meth:`doorbell`, :meth:`set_cq_ci` shorthands) and :meth:`run`; read the results from
     :attr:`packets`, :attr:`cqes`, :attr:`irq_events`, the registers and :attr:`mem`.
 
-    ``max_qps``, ``width`` and ``max_mtu`` (bytes) are the RTL's parameters: the scheduler's QPN
-    range, the datapath width (only CAPS2 shows it) and the largest path MTU a context may ask for."""
+    ``config`` is the engine's configuration (the RTL's parameters): the model uses the
+    scheduler's QPN range (``max_qps``), the datapath width (only CAPS2 shows it) and the largest
+    path MTU a context may ask for (``max_mtu``). ``settings``, if given, are written to the
+    registers first."""
 
-    def __init__(self, mem: HostMemory, config: EngineConfig | None = None, *, max_qps: int = 1 << 24,
-                 width: int = 64, max_mtu: int = 4096):
-        if max_qps < 1 or max_qps & (max_qps - 1) or max_qps > 1 << 24:
-            raise ValueError(f"max_qps must be a power of two up to 2**24, not {max_qps!r}")
+    def __init__(self, mem: HostMemory, config: RnicConfig = RnicConfig(), *,
+                 settings: RegisterSettings | None = None):
+        if not isinstance(config, RnicConfig):
+            raise ValueError(f"config must be an RnicConfig, not {config!r}")
+        max_qps = config.max_qps
         self.mem = mem
         self.max_qps = max_qps
-        self.max_mtu = PathMtu.of_bytes(max_mtu)     # a context asking for more is bad
+        self.config = config
+        self.max_mtu = config.mtu                    # a context asking for more is bad
         self.regs = RegisterFile(on_write=self._action)
         self.regs["CAPS"] = caps(max_qps)
-        self.regs["CAPS2"] = caps2(width, self.max_mtu)
+        self.regs["CAPS2"] = caps2(config.width, self.max_mtu)
         self.packets: list[TxPacket] = []
         self.cqes: list[CqeWrite] = []
         self.irq_events: list[IrqEvent] = []
         self._sched: collections.deque[_Entry] = collections.deque()
         self._queued: dict[int, _Entry] = {}
         self._pending_cqes = 0
-        if config is not None:
-            for offset, value in config.writes():
+        if settings is not None:
+            for offset, value in settings.writes():
                 self.write_reg(offset, value)
 
     # --- software interface ------------------------------------------------------------------------
@@ -645,31 +651,31 @@ class Driver:
     ``target`` is anything with ``write_reg(offset, value)`` (the model, or a cocotb AXI4-Lite
     wrapper around the RTL)."""
 
-    def __init__(self, mem: HostMemory, config: EngineConfig, target=None):
+    def __init__(self, mem: HostMemory, settings: RegisterSettings, target=None):
         self.mem = mem
-        self.config = config
+        self.settings = settings
         self.target = target
         self.sq_pi: dict[int, int] = {}
         self.qps: dict[int, QpContext] = {}
 
     def create_cq(self, cqn: int, ring_base: int, log_size: int, state: int = CqState.ACTIVE) -> CqContext:
         cq = CqContext(state=state, log_size=log_size, ring_base=ring_base)
-        self.mem.poke(self.config.cq_base + cqn * CQ_RECORD_BYTES, cq.pack())
+        self.mem.poke(self.settings.cq_base + cqn * CQ_RECORD_BYTES, cq.pack())
         return cq
 
     def create_qp(self, qpn: int, ctx: QpContext) -> QpContext:
         ctx.qpn = qpn
-        self.mem.poke(self.config.qpc_base + qpn * RECORD_BYTES, ctx.pack())
+        self.mem.poke(self.settings.qpc_base + qpn * RECORD_BYTES, ctx.pack())
         self.qps[qpn] = ctx
         self.sq_pi[qpn] = ctx.sq_pi
         return ctx
 
     def qp(self, qpn: int) -> QpContext:
         """The QP context as host memory holds it now."""
-        return QpContext.unpack(self.mem.peek(self.config.qpc_base + qpn * RECORD_BYTES, RECORD_BYTES))
+        return QpContext.unpack(self.mem.peek(self.settings.qpc_base + qpn * RECORD_BYTES, RECORD_BYTES))
 
     def cq(self, cqn: int) -> CqContext:
-        return CqContext.unpack(self.mem.peek(self.config.cq_base + cqn * CQ_RECORD_BYTES, CQ_RECORD_BYTES))
+        return CqContext.unpack(self.mem.peek(self.settings.cq_base + cqn * CQ_RECORD_BYTES, CQ_RECORD_BYTES))
 
     def post(self, qpn: int, wqe: Wqe) -> int:
         """Write ``wqe`` at the QP's software producer index; return the new producer index."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from .config import DATAPATH_WIDTHS, RnicConfig
 from .qpc import COUNTER_NAMES as QPC_COUNTER_NAMES
 
 __all__ = ["Access", "Reg", "caps", "caps2", "DATAPATH_WIDTHS", "REGISTERS", "REG", "ENGINE_ID", "ENGINE_VERSION", "SGID_ENTRIES", "SGID_BASE",
@@ -102,11 +103,9 @@ def caps(max_qps: int) -> int:
     return SGID_ENTRIES | 32 << 8 | 12 << 16 | (max_qps.bit_length() - 1) << 24
 
 
-#: Datapath widths (bits) the whole engine is built for: ``Rnic(width=)``, CAPS2[3:0] = log2(width / 8).
-DATAPATH_WIDTHS = (64, 128, 256, 512)
 
 
-def caps2(width: int = 64, max_mtu: int = 5) -> int:
+def caps2(width: int, max_mtu: int) -> int:
     """CAPS2 of an engine with a ``width``-bit datapath (frames and host AXI) whose largest path MTU
     has the IB code ``max_mtu`` (:class:`rnic.model.qpc.PathMtu`: 1 = 256 B .. 5 = 4096 B)."""
     if width not in DATAPATH_WIDTHS:
@@ -116,18 +115,22 @@ def caps2(width: int = 64, max_mtu: int = 5) -> int:
     return ((width // 8).bit_length() - 1) | max_mtu << 4
 
 
+#: CAPS and CAPS2 reset values are those of the default configuration (a standalone RegisterBlock()).
+_DEFAULT = RnicConfig()
+
+
 def _regs():
     rw, ro, w1c, wo = Access.RW, Access.RO, Access.W1C, Access.WO
     out = [
         Reg("ID", 0x000, 32, ro, ENGINE_ID, 'identification, "RNIC"'),
         Reg("VERSION", 0x004, 32, ro, ENGINE_VERSION, "major[31:16], minor[15:0]"),
-        Reg("CAPS", 0x008, 32, ro, caps(1 << 24),
+        Reg("CAPS", 0x008, 32, ro, caps(_DEFAULT.max_qps),
             "SGID entries[7:0], inline bytes RC/UC[15:8], inline bytes UD[23:16], log2 of the QPNs the "
             "scheduler holds[31:24] (doorbells for higher QPNs are DB_BAD_QPN)"),
         Reg("SCRATCH", 0x00C, 32, rw, 0, "free for software"),
         Reg("CONTROL", 0x010, 1, rw, 0, "bit 0 ENABLE: the scheduler runs (doorbells are accepted either way)"),
         Reg("STATUS", 0x014, 2, ro, 1, "bit 0 IDLE (nothing scheduled or in flight), bit 1 IRQ (interrupt output)"),
-        Reg("CAPS2", 0x018, 7, ro, caps2(),
+        Reg("CAPS2", 0x018, 7, ro, caps2(_DEFAULT.width, _DEFAULT.mtu),
             "log2 of the datapath bytes per beat (frames and host AXI)[3:0], largest path MTU code[6:4] "
             "(1 = 256 B .. 5 = 4096 B; a QP context asking for more is a bad context)"),
         Reg("QPC_BASE_LO", 0x020, 32, rw, 0, "QP context table base [31:0] (128-byte aligned, bits 6:0 ignored)"),

@@ -29,6 +29,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..model.config import RnicConfig
 from ..model.regs import DATAPATH_WIDTHS
 from .bench_engine import md_table, measure
 
@@ -198,10 +199,12 @@ def _status(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
 
-def run_bench(out: Path, *, widths=(64,), quick: bool = False, seed: int = 1, parts=PARTS, status=_status) -> dict:
-    """Measure every width, write the outputs to ``out`` and return the results (rows by figure,
-    each with its ``width``). Raises :class:`rnic.sim.bench_engine.ModelMismatch` if the RTL
+def run_bench(out: Path, *, widths=None, quick: bool = False, seed: int = 1, parts=PARTS, status=_status,
+              config: RnicConfig = RnicConfig()) -> dict:
+    """Measure the engine of ``config`` at every width (default: its own), write the outputs to
+    ``out`` and return the results (rows by figure, each with its ``width``). Raises :class:`rnic.sim.bench_engine.ModelMismatch` if the RTL
     differs from the golden model."""
+    widths = [config.width] if widths is None else widths
     out.mkdir(parents=True, exist_ok=True)
     commit, dirty = _commit()
     results = {"commit": commit, "dirty": dirty, "seed": seed, "quick": quick, "widths": list(widths),
@@ -220,7 +223,7 @@ def run_bench(out: Path, *, widths=(64,), quick: bool = False, seed: int = 1, pa
 
             status(f"bench W={width}: {len(items)} measurement{'s' * (len(items) != 1)}; building the RTL with "
                    f"Verilator (minutes the first time, cached afterwards) ...")
-            r = measure(seed, width=width, plan=items, log=out / f"sim-w{width}.log", progress=progress)
+            r = measure(seed, config=config.replace(width=width), plan=items, log=out / f"sim-w{width}.log", progress=progress)
             status(f"bench W={width}: done, {r['total_clocks']:,} clocks in {r['launch_s']:.1f} s "
                    f"(build check {r['build_s']:.1f} s)")
             for part in parts:

@@ -40,7 +40,7 @@ class ModelMismatch(RuntimeError):
     """The RTL produced something other than the golden model during a benchmark."""
 
 
-def measure(seed: int = 1, parts=PARTS, *, width: int = 64, plan: list[dict] | None = None,
+def measure(seed: int = 1, parts=PARTS, *, config=None, plan: list[dict] | None = None,
             log: Path | None = None, progress=None) -> dict:
     """Run the ``bench`` cocotb test in one simulator launch and return its results by part.
 
@@ -50,17 +50,21 @@ def measure(seed: int = 1, parts=PARTS, *, width: int = 64, plan: list[dict] | N
     measurement's result (``part`` included) as it finishes. The result also holds ``build_s`` (the
     Verilator build or its cache check) and ``launch_s`` (the simulator launch), in wall seconds.
     Raises :class:`ModelMismatch` if the RTL differs from the model, RuntimeError on other failures.
+    ``config``: the engine (:class:`rnic.model.config.RnicConfig`; default ``$RNIC_CONFIG``).
     """
     if str(_TESTS) not in sys.path:
         sys.path.insert(0, str(_TESTS))
     import test_rnic
     from rnic.sim.toolchain import run_watched
     t0 = time.perf_counter()
-    b = test_rnic.build_rnic(width=width)
+    from rnic.model.config import RnicConfig
+    config = RnicConfig.from_env() if config is None else config
+    b = test_rnic.build_rnic(config)
     build_s = time.perf_counter() - t0
     with tempfile.TemporaryDirectory() as tmp:
         out, lines, job = Path(tmp) / "bench.json", Path(tmp) / "progress.jsonl", Path(tmp) / "plan.json"
-        env = {"RNIC_BENCH": str(out), "RNIC_BENCH_PARTS": ",".join(parts), "RNIC_BENCH_PROGRESS": str(lines)}
+        env = {"RNIC_BENCH": str(out), "RNIC_BENCH_PARTS": ",".join(parts), "RNIC_BENCH_PROGRESS": str(lines),
+               **config.env()}
         if plan is not None:
             job.write_text(json.dumps(plan))
             env["RNIC_BENCH_PLAN"] = str(job)

@@ -34,12 +34,15 @@ def _test_module():
     return test_qp_cache
 
 
-def measure(entries=16, ways=4, seed=1) -> dict:
-    """Run the ``bench`` cocotb test on a ``entries``/``ways`` build; return its measurements."""
-    from rnic.model.qpc import QpcCacheConfig
+def measure(entries=None, ways=None, seed=1) -> dict:
+    """Run the ``bench`` cocotb test on a ``entries``/``ways`` build (default: RnicConfig's cache);
+    return its measurements."""
+    from rnic.model.config import RnicConfig
     t = _test_module()
+    default = RnicConfig().qpc
+    entries, ways = entries or default.entries, ways or default.ways
     key = f"qpc-e{entries}-w{ways}"
-    t.CONFIGS.setdefault(key, QpcCacheConfig(entries, ways))
+    t.CONFIGS.setdefault(key, RnicConfig().replace(qpc={"entries": entries, "ways": ways}))
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "bench.json"
         tests, fails = t.run_config(key, {"QPC_BENCH": str(out)}, testcase="bench", seed=seed)
@@ -48,10 +51,12 @@ def measure(entries=16, ways=4, seed=1) -> dict:
         return json.loads(out.read_text())
 
 
-def synth(entries_list=(16, 64), ways=4, device="ecp5-25f", target_mhz=156.25, router=None) -> list[dict]:
+def synth(entries_list=(16, 64), ways=None, device="ecp5-25f", target_mhz=156.25, router=None) -> list[dict]:
     from rnic.fpga.synth import synthesize
     from rnic.hdl.qp_cache import QpCache
     from rnic.model.qpc import QpcCacheConfig
+    from rnic.model.config import RnicConfig
+    ways = ways or RnicConfig().qpc.ways
     out = []
     for e in entries_list:
         cfg = QpcCacheConfig(e, min(ways, e))
@@ -66,8 +71,9 @@ def synth(entries_list=(16, 64), ways=4, device="ecp5-25f", target_mhz=156.25, r
 def main(argv=None):
     from rnic.fpga.synth import DEVICES
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--entries", type=int, default=16)
-    p.add_argument("--ways", type=int, default=4)
+    from rnic.model.config import RnicConfig
+    p.add_argument("--entries", type=int, default=RnicConfig().qpc.entries, help="default: RnicConfig's")
+    p.add_argument("--ways", type=int, default=RnicConfig().qpc.ways, help="default: RnicConfig's")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--synth", action="store_true", help="also synthesize at 16 and 64 entries (--device)")
     p.add_argument("--device", default="ecp5-25f", choices=sorted(DEVICES), help="device for --synth (default ecp5-25f; see rnic.fpga synth)")

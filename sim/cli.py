@@ -7,7 +7,7 @@ import random
 import sys
 from pathlib import Path
 
-from ..model.regs import DATAPATH_WIDTHS
+from ..model.config import add_config_arguments, config_from_args
 
 __all__ = ["main"]
 
@@ -52,9 +52,10 @@ def _cmd_demo(args) -> int:
     from rnic.sim.rtl import run_workloads
     from rnic.sim.scenario import every_opcode_workload, text_payload
     out.mkdir(parents=True, exist_ok=True)
-    w = every_opcode_workload(random.Random(args.seed), max_qps=256, payload=text_payload)
+    w = every_opcode_workload(random.Random(args.seed), payload=text_payload)
     _status("demo: every link mode x service x opcode on the RTL, checked against the golden model")
     runs = run_workloads([(w, {"latency": (1, 40), "pause": 0.1, "sink_pause": 0.2})], seed=args.seed,
+                         config=config_from_args(args),
                          waves=Path(args.waves) if args.waves else None, log=out / "sim.log", status=_status)
     code = _report(runs, out)
     if code == 0:
@@ -69,7 +70,7 @@ def _cmd_run(args) -> int:
     sc = load_scenario(args.scenario)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    runs = run_workloads([(sc.workload, sc.options)], seed=sc.seed, **sc.params, waves=Path(args.waves) if args.waves else None,
+    runs = run_workloads([(sc.workload, sc.options)], seed=sc.seed, config=config_from_args(args, sc.config), waves=Path(args.waves) if args.waves else None,
                          log=out / "sim.log", status=_status)
     return _report(runs, out)
 
@@ -77,6 +78,7 @@ def _cmd_run(args) -> int:
 def _cmd_soak(args) -> int:
     from rnic.sim.rtl import run_workloads
     from rnic.sim.scenario import random_workload
+    config = config_from_args(args)
     rng = random.Random(args.seed)
     runs, clocks, batch = [], 0, 0
     out = Path(args.out) if args.out else None
@@ -86,14 +88,14 @@ def _cmd_soak(args) -> int:
     while clocks < args.cycles:
         work = []
         for _ in range(args.batch):
-            nqps = rng.choice([1, 4, 16, 40, 100, 256] if big else [1, 2, 4, 8])
+            nqps = min(rng.choice([1, 4, 16, 40, 100, 256] if big else [1, 2, 4, 8]), config.max_qps)
             w = random_workload(rng, nqps=nqps, wqes=max(2, 64 // nqps) if big else 3,
-                                max_len=rng.choice([4096, 1 << 16] if big else [512, 4096]), max_qps=256)
+                                max_len=rng.choice([4096, 1 << 16] if big else [512, 4096]))
             work.append((w, {"latency": (1, rng.choice([20, 200, 500] if big else [20, 100])),
                              "pause": rng.choice([0.0, 0.2]), "sink_pause": rng.choice([0.0, 0.3]),
                              "timeout": 2_000_000 if not big else 100_000_000}))
         batch += 1
-        new = run_workloads(work, seed=rng.randrange(1 << 30), width=args.width, max_mtu=args.max_mtu,
+        new = run_workloads(work, seed=rng.randrange(1 << 30), config=config,
                             log=out / "sim.log" if out else None, status=_status)
         runs += new
         clocks += sum(r.clocks for r in new)
@@ -109,6 +111,9 @@ def _cmd_soak(args) -> int:
 def _cmd_bench(args) -> int:
     from rnic.sim.bench import PARTS, WIDTHS, run_bench, text_tables
     from rnic.sim.bench_engine import ModelMismatch
+    config = config_from_args(args)
+    if args.widths is None:
+        args.widths = str(config.width)
     widths = [int(w) for w in args.widths.split(",")] if args.widths.replace(",", "").isdigit() else None
     if not widths or any(w not in WIDTHS for w in widths):
         raise ValueError(f"--widths: {args.widths!r}; give a comma-separated list of {', '.join(map(str, WIDTHS))}")
@@ -118,7 +123,8 @@ def _cmd_bench(args) -> int:
         raise ValueError(f"--parts: unknown {', '.join(bad)}; choose from {', '.join(PARTS)}")
     out = Path(args.out)
     try:
-        results = run_bench(out, widths=widths, quick=args.quick, seed=args.seed, parts=parts, status=_status)
+        results = run_bench(out, widths=widths, quick=args.quick, seed=args.seed, parts=parts, status=_status,
+                            config=config)
     except ModelMismatch as err:
         print(f"RTL and model differ: {err}", file=sys.stderr)
         return 2
@@ -136,30 +142,30 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("--waves", metavar="FILE.fst", help="also write an FST waveform")
     demo.add_argument("--model-only", action="store_true",
                       help="no RTL: the golden model's catalogue of all 38 opcodes per mode")
+    add_config_arguments(demo)
     demo.set_defaults(func=_cmd_demo)
     run = sub.add_parser("run", help="run a scenario file (JSON or TOML, docs/simulation.md) on the RTL")
     run.add_argument("scenario", help="scenario file")
     run.add_argument("--out", required=True, metavar="DIR", help="folder for the pcap files and sim.log")
     run.add_argument("--waves", metavar="FILE.fst", help="also write an FST waveform")
+    add_config_arguments(run)       # over the scenario's [config]
     run.set_defaults(func=_cmd_run)
     soak = sub.add_parser("soak", help="random traffic on the RTL until --cycles clocks, scoreboard on")
     soak.add_argument("--cycles", type=int, default=200_000, help="clocks to simulate at least (default 200000)")
     soak.add_argument("--seed", type=int, default=1)
     soak.add_argument("--batch", type=int, default=4, help="workloads per simulator launch (default 4)")
-    soak.add_argument("--width", type=int, default=64, choices=DATAPATH_WIDTHS,
-                      help="engine datapath width in bits (default 64)")
-    soak.add_argument("--max-mtu", type=int, default=4096, choices=(256, 512, 1024, 2048, 4096),
-                      help="engine's largest path MTU in bytes (default 4096; QPs above it fail as bad contexts)")
     soak.add_argument("--out", metavar="DIR", help="folder for sim.log")
+    add_config_arguments(soak)
     soak.set_defaults(func=_cmd_soak)
     bench = sub.add_parser("bench", help="efficiency, message rate, latency, fairness and simulation speed; "
                                          "CSV, report.md and PNG plots")
     bench.add_argument("--out", required=True, metavar="DIR", help="folder for the CSVs, report.md, results.json, PNGs")
-    bench.add_argument("--widths", default="64", help="datapath widths in bits, comma-separated (default 64)")
+    bench.add_argument("--widths", help="datapath widths in bits, comma-separated (default: the configuration's width)")
     bench.add_argument("--quick", action="store_true", help="fewer sizes, messages and QPs (CI: about 30 s per width once built)")
     bench.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
     bench.add_argument("--parts", default="efficiency,rate,latency,fairness",
                        help="comma-separated figures to measure (default all; speed is always reported)")
+    add_config_arguments(bench)     # --widths sets the width of each run
     bench.set_defaults(func=_cmd_bench)
     args = parser.parse_args(argv)
     try:

@@ -6,7 +6,6 @@ runs (:mod:`rnic.sim.rtl_job`); import it only inside a cocotb simulation.
 from __future__ import annotations
 
 import logging
-import os
 import random
 from dataclasses import dataclass, field
 
@@ -16,6 +15,7 @@ from cocotb.queue import Queue
 from cocotb.triggers import ClockCycles, RisingEdge
 from cocotb.utils import get_sim_time
 
+from ..model.config import RnicConfig
 from ..model.engine import EngineModel, HostMemory
 from ..model.regs import QPC_COUNTERS, REG
 from .scenario import CHECKED_REGS, MEM_SIZE, compare, expected
@@ -117,14 +117,17 @@ class HostRam:
 
 
 class TB:
-    """One ``Rnic`` DUT: its datapath width is read off the frame port, its maximum MTU (which the
-    model must share) comes from ``$RNIC_MAX_MTU`` (bytes, default 4096), set by whoever built it."""
+    """One ``Rnic`` DUT. Its configuration (which the model must share) comes from ``$RNIC_CONFIG``
+    (:meth:`rnic.model.config.RnicConfig.from_env`), set by whoever built it; the datapath width
+    read off the frame port must agree with it."""
 
     def __init__(self, dut, seed: int):
         from cocotbext.axi import AxiLiteBus, AxiLiteMaster, AxiStreamBus, AxiStreamSink
         self.dut = dut
+        self.config = RnicConfig.from_env()
         self.width = len(dut.m_axis__tdata)
-        self.max_mtu = int(os.environ.get("RNIC_MAX_MTU", "4096"))
+        assert self.width == self.config.width, (
+            f"the DUT's frame port is {self.width} bits, $RNIC_CONFIG says width {self.config.width}")
         self.reseed(seed)
         cocotb.start_soon(Clock(dut.clk, CLOCK_NS, unit="ns").start())
         for name in ("s_axil", "m_axis"):
@@ -162,7 +165,7 @@ class TB:
         await self.reset()
         while not self.sink.empty():
             self.sink.recv_nowait()
-        model = expected(w, width=self.width, max_mtu=self.max_mtu)
+        model = expected(w, self.config)
         for offset, value in w.writes:
             await self.axil.write_dword(offset, value)
         clocks = 0

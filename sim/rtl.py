@@ -13,6 +13,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..model.config import RnicConfig
 from ..model.descriptor import LinkMode
 from ..model.pcap import write_pcap_for_mode
 from ..model.wqe import CqeStatus
@@ -40,29 +41,29 @@ class RtlRun:
         return self.beats / self.clocks if self.clocks else 0.0
 
 
-def rtl_key(max_qps: int = 256, width: int = 64, max_mtu: int = 4096) -> str:
-    """The build folder name of an ``Rnic`` configuration (the default one is ``rnic-q256``)."""
-    return f"rnic-q{max_qps}" + (f"-w{width}" if width != 64 else "") + (f"-m{max_mtu}" if max_mtu != 4096 else "")
+def rtl_key(config: RnicConfig) -> str:
+    """The build folder name of the ``Rnic`` of ``config`` (the default one is ``rnic-default``)."""
+    return f"rnic-{config.key()}"
 
 
-def run_workloads(workloads, *, seed: int = 1, max_qps: int = 256, width: int = 64, max_mtu: int = 4096,
+def run_workloads(workloads, *, seed: int = 1, config: RnicConfig = RnicConfig(),
                   waves: Path | None = None, log: Path | None = None, status=print) -> list[RtlRun]:
-    """``workloads``: a list of ``(Workload, options for TB.execute)``, run on an ``Rnic`` with
-    these parameters. The simulator's output goes to ``log``; ``status(text)`` gets progress lines."""
+    """``workloads``: a list of ``(Workload, options for TB.execute)``, run on the ``Rnic`` of
+    ``config``. The simulator's output goes to ``log``; ``status(text)`` gets progress lines."""
     from ..hdl.rnic import Rnic
     from .toolchain import build, build_dir_for, run_watched
-    key = rtl_key(max_qps, width, max_mtu)
+    key = rtl_key(config)
     b = _BUILDS.get((key, waves is not None))
     if b is None:
         fresh = not (build_dir_for(key, waves is not None) / "rnic").exists()
         status(f"building the RTL with Verilator ({'about a minute, once' if fresh else 'cached'}) ...")
-        b = _BUILDS[key, waves is not None] = build(lambda: Rnic(max_qps=max_qps, width=width, max_mtu=max_mtu), "rnic", key,
+        b = _BUILDS[key, waves is not None] = build(lambda: Rnic(config), "rnic", key,
                                                      waves=waves is not None)
     with tempfile.TemporaryDirectory() as tmp:
         job, result, progress = Path(tmp) / "job.pkl", Path(tmp) / "result.pkl", Path(tmp) / "progress"
         job.write_bytes(pickle.dumps({"seed": seed, "workloads": list(workloads)}))
         env = {"RNIC_JOB": str(job), "RNIC_RESULT": str(result), "RNIC_PROGRESS": str(progress),
-               "RNIC_MAX_MTU": str(max_mtu)}
+               **config.env()}
         n = len(workloads)
 
         def show():

@@ -17,7 +17,8 @@ import random
 from dataclasses import dataclass, field
 
 from ..model.descriptor import LinkMode
-from ..model.engine import Driver, EngineConfig, EngineModel, HostMemory, SgidEntry
+from ..model.config import RnicConfig
+from ..model.engine import Driver, EngineModel, HostMemory, RegisterSettings, SgidEntry
 from ..model.qpc import RECORD_BYTES, PathMtu, QpContext, QpState, ServiceType
 from ..model.regs import COUNTER_NAMES, REG
 from ..model.wqe import (CQ_RECORD_BYTES, CQE_BYTES, INLINE_MAX_RC, INLINE_MAX_UD, WQE_BYTES, Wqe, WqeFlags,
@@ -74,18 +75,17 @@ _ALLOWED = {ServiceType.RC: (WqeOpcode.SEND, WqeOpcode.SEND_WITH_IMM, WqeOpcode.
 @dataclass
 class Workload:
     mem: HostMemory
-    config: EngineConfig
+    settings: RegisterSettings
     writes: list[tuple[int, int]]
     qpns: list[int] = field(default_factory=list)
     cqns: list[int] = field(default_factory=list)
-    max_qps: int = 1 << 24
     memory_map: MemoryMap = DEFAULT_MAP
 
     @property
     def regions(self) -> list[tuple[int, int]]:
         """Host-memory regions the engine may write: ``(address, bytes)``."""
         mm = self.memory_map
-        out = [(mm.qpc_base, self.config.qpc_size * RECORD_BYTES), (mm.cq_base, self.config.cq_size * CQ_RECORD_BYTES)]
+        out = [(mm.qpc_base, self.settings.qpc_size * RECORD_BYTES), (mm.cq_base, self.settings.cq_size * CQ_RECORD_BYTES)]
         out += [(mm.cq_rings + c * mm.cq_stride, mm.cq_stride) for c in self.cqns]
         return out
 
@@ -94,20 +94,19 @@ class WorkloadBuilder:
     """Lays out QPs, CQs, WQEs and buffers as a driver would; :meth:`build` returns the workload."""
 
     def __init__(self, nqps: int, *, ncqs: int | None = None, quota: int = 16, max_burst: int = 256,
-                 int_mod_count: int = 1, max_qps: int = 1 << 24, rng: random.Random | None = None,
+                 int_mod_count: int = 1, rng: random.Random | None = None,
                  payload=None, memory_map: MemoryMap = DEFAULT_MAP):
         self.rng = rng or random.Random(0)
         self.payload = payload or self.rng.randbytes
         self.mem = HostMemory()
         self.map = mm = memory_map
         ncqs = nqps if ncqs is None else ncqs
-        self.config = EngineConfig(qpc_base=mm.qpc_base, qpc_size=nqps, cq_base=mm.cq_base, cq_size=ncqs, quota=quota,
-                                   max_burst=max_burst, port_lid=0x77, int_mod_count=int_mod_count, sgids=SGIDS,
-                                   enable=False)
-        self.drv = Driver(self.mem, self.config)
+        self.settings = RegisterSettings(qpc_base=mm.qpc_base, qpc_size=nqps, cq_base=mm.cq_base, cq_size=ncqs, quota=quota,
+                                         max_burst=max_burst, port_lid=0x77, int_mod_count=int_mod_count,
+                                         sgids=SGIDS, enable=False)
+        self.drv = Driver(self.mem, self.settings)
         self.buf = mm.buffers
         self.rings: list[tuple[int, int]] = []
-        self.max_qps = max_qps
         self.qpns: list[int] = []
         self.cqns: list[int] = []
 
@@ -170,7 +169,7 @@ class WorkloadBuilder:
     def build(self, doorbells: list[tuple[int, int | None]] | None = None) -> Workload:
         """Configuration writes, then the doorbells (default: each QP rung once with everything
         posted), then CONTROL.ENABLE = 1."""
-        writes = list(self.config.writes())
+        writes = list(self.settings.writes())
         if doorbells is None:
             doorbells = [(q, None) for q in self.qpns if self.drv.sq_pi[q] != self.drv.qps[q].sq_pi]
         for qpn, pi in doorbells:
@@ -178,7 +177,7 @@ class WorkloadBuilder:
                 pi = self.drv.sq_pi[qpn]
             writes += [(REG["DB_QPN"].offset, qpn), (REG["DB_SQ_PI"].offset, pi)]
         writes.append((REG["CONTROL"].offset, 1))
-        return Workload(self.mem, self.config, writes, list(self.qpns), list(self.cqns), self.max_qps, self.map)
+        return Workload(self.mem, self.settings, writes, list(self.qpns), list(self.cqns), self.map)
 
 
 def random_length(rng: random.Random, mtu: int, max_len: int) -> int:
@@ -193,11 +192,10 @@ def random_length(rng: random.Random, mtu: int, max_len: int) -> int:
 
 
 def random_workload(rng: random.Random, *, nqps: int = 4, wqes: int = 6, max_len: int = 8192,
-                    modes=tuple(LinkMode), mtus=tuple(PathMtu), quota: int | None = None,
-                    max_qps: int = 1 << 24) -> Workload:
+                    modes=tuple(LinkMode), mtus=tuple(PathMtu), quota: int | None = None) -> Workload:
     """Random QPs (service, link mode, MTU), random WQEs of every allowed opcode and random lengths."""
     b = WorkloadBuilder(nqps, quota=quota or rng.choice([1, 2, 4, 16]), max_burst=rng.choice([256, 256, 16, 3]),
-                        rng=rng, max_qps=max_qps)
+                        rng=rng)
     for q in range(nqps):
         b.cq(q)
         service = rng.choice([ServiceType.RC, ServiceType.RC, ServiceType.UC, ServiceType.UD])
@@ -224,12 +222,12 @@ def text_payload(length: int) -> bytes:
     return (text * (length // len(text) + 1))[:length]
 
 
-def every_opcode_workload(rng: random.Random, *, max_qps: int = 1 << 24, mtu=PathMtu.MTU_256,
+def every_opcode_workload(rng: random.Random, *, mtu=PathMtu.MTU_256,
                           payload=None) -> Workload:
     """Each link mode x service (RC, UC, UD) x every opcode the service allows: zero-length,
     one-packet and multi-packet messages and an inline one; one QP (and CQ) per mode and service.
     ``payload(length)`` makes the payload bytes (default random)."""
-    b = WorkloadBuilder(len(LinkMode) * len(_ALLOWED), rng=rng, quota=4, max_qps=max_qps, payload=payload)
+    b = WorkloadBuilder(len(LinkMode) * len(_ALLOWED), rng=rng, quota=4, payload=payload)
     qpn = 0
     for mode in LinkMode:
         for service, allowed in _ALLOWED.items():
@@ -245,9 +243,9 @@ def every_opcode_workload(rng: random.Random, *, max_qps: int = 1 << 24, mtu=Pat
     return b.build()
 
 
-def expected(w: Workload, *, width: int = 64, max_mtu: int = 4096) -> EngineModel:
-    """The golden model of an engine with these parameters, run on a copy of the workload's memory."""
-    model = EngineModel(copy.deepcopy(w.mem), max_qps=w.max_qps, width=width, max_mtu=max_mtu)
+def expected(w: Workload, config: RnicConfig) -> EngineModel:
+    """The golden model of the engine ``config`` describes, run on a copy of the workload's memory."""
+    model = EngineModel(copy.deepcopy(w.mem), config)
     for offset, value in w.writes:
         model.write_reg(offset, value)
     return model.run()

@@ -11,15 +11,14 @@ import random
 import tomllib
 from pathlib import Path
 
+from ..model.config import RnicConfig
 from ..model.descriptor import LinkMode
 from ..model.qpc import PathMtu, QpState, ServiceType
-from ..model.regs import DATAPATH_WIDTHS
 from ..model.wqe import INLINE_MAX_RC, INLINE_MAX_UD, WqeFlags, WqeOpcode
 from .scenario import SGIDS, Workload, WorkloadBuilder, random_workload
 
 __all__ = ["ScenarioError", "Scenario", "load_scenario"]
 
-MAX_QPS = 256
 _MODES = {m.slug: m for m in LinkMode}
 _SERVICES = {s.name: s for s in ServiceType}
 _MTUS = {m.bytes: m for m in PathMtu}
@@ -32,17 +31,13 @@ class ScenarioError(ValueError):
 
 
 class Scenario:
-    """A parsed scenario: the workload plus simulation options."""
+    """A parsed scenario: the workload, the engine's configuration (its ``[config]`` table) and
+    simulation options."""
 
     def __init__(self, workload: Workload, seed: int, latency: tuple[int, int], pause: float, sink_pause: float,
-                 width: int = 64, max_mtu: int = 4096):
+                 config: RnicConfig):
         self.workload, self.seed, self.latency, self.pause, self.sink_pause = workload, seed, latency, pause, sink_pause
-        self.width, self.max_mtu = width, max_mtu
-
-    @property
-    def params(self) -> dict:
-        """The ``Rnic`` parameters the scenario asks for (keyword arguments of ``run_workloads``)."""
-        return {"width": self.width, "max_mtu": self.max_mtu}
+        self.config = config
 
     @property
     def options(self) -> dict:
@@ -83,16 +78,18 @@ def _no_extra(d: dict, where: str, allowed: set[str]) -> None:
 def parse(data: dict) -> Scenario:
     if not isinstance(data, dict):
         raise ScenarioError("scenario: the top level must be a table/object")
-    _no_extra(data, "scenario", {"seed", "engine", "memory", "sink", "qps", "work", "random"})
+    _no_extra(data, "scenario", {"seed", "config", "engine", "memory", "sink", "qps", "work", "random"})
     seed = _get(data, "seed", "scenario", int, 1)
     rng = random.Random(seed)
+    try:
+        config = RnicConfig.from_dict(_get(data, "config", "scenario", dict, {}))
+    except ValueError as err:
+        raise ScenarioError(f"config: {err}") from None
     engine = _get(data, "engine", "scenario", dict, {})
-    _no_extra(engine, "engine", {"width", "max_mtu", "quota", "max_burst", "int_mod_count", "int_mod_timer"})
-    width = _get(engine, "width", "engine", int, 64,
-                 check=lambda v: None if v in DATAPATH_WIDTHS else
-                 f"{v!r} is not one of {', '.join(map(str, DATAPATH_WIDTHS))}")
-    max_mtu = _get(engine, "max_mtu", "engine", int, 4096,
-                   check=lambda v: None if v in _MTUS else f"{v!r} is not one of {', '.join(map(str, _MTUS))}")
+    for moved in ("width", "max_mtu"):
+        if moved in engine:
+            raise ScenarioError(f"engine.{moved}: an engine parameter; set it in the [config] table")
+    _no_extra(engine, "engine", {"quota", "max_burst", "int_mod_count", "int_mod_timer"})
     quota = _get(engine, "quota", "engine", int, 16, check=_range(0, 0xFFFF))
     max_burst = _get(engine, "max_burst", "engine", int, 256, check=_range(1, 256))
     mod_count = _get(engine, "int_mod_count", "engine", int, 1, check=_range(0, 0xFFFF))
@@ -114,18 +111,19 @@ def parse(data: dict) -> Scenario:
             raise ScenarioError("scenario: give either random or qps/work, not both")
         r = _get(data, "random", "scenario", dict)
         _no_extra(r, "random", {"qps", "wqes", "max_len"})
-        w = random_workload(rng, nqps=_get(r, "qps", "random", int, 4, check=_range(1, MAX_QPS)),
+        w = random_workload(rng, nqps=_get(r, "qps", "random", int, 4, check=_range(1, config.max_qps)),
                             wqes=_get(r, "wqes", "random", int, 4, check=_range(1, 64)),
                             max_len=_get(r, "max_len", "random", int, 8192, check=_range(1, 1 << 20)),
-                            quota=quota or 1, max_qps=MAX_QPS)
-        return Scenario(w, seed, tuple(lat), float(pause), float(sink_pause), width, max_mtu)
+                            quota=quota or 1)
+        return Scenario(w, seed, tuple(lat), float(pause), float(sink_pause), config)
 
     qps = _get(data, "qps", "scenario", list)
     if not qps:
         raise ScenarioError("qps: at least one QP is needed")
-    b = WorkloadBuilder(len(qps), quota=quota, max_burst=max_burst, int_mod_count=mod_count, rng=rng,
-                        max_qps=MAX_QPS)
-    b.config.int_mod_timer = mod_timer
+    if len(qps) > config.max_qps:
+        raise ScenarioError(f"qps: {len(qps)} QPs, the engine holds config.max_qps = {config.max_qps}")
+    b = WorkloadBuilder(len(qps), quota=quota, max_burst=max_burst, int_mod_count=mod_count, rng=rng)
+    b.settings.int_mod_timer = mod_timer
     services = {}
     for i, q in enumerate(qps):
         where = f"qps[{i}]"
@@ -172,7 +170,7 @@ def parse(data: dict) -> Scenario:
                 b.post(qpn, op, length, flags=flags)
             except AssertionError as err:
                 raise ScenarioError(f"{where}: {err}") from None
-    return Scenario(b.build(), seed, tuple(lat), float(pause), float(sink_pause), width, max_mtu)
+    return Scenario(b.build(), seed, tuple(lat), float(pause), float(sink_pause), config)
 
 
 def load_scenario(path: str | Path) -> Scenario:

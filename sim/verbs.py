@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..model.engine import EngineConfig, EngineModel, sq_slot
+from ..model.engine import EngineModel, RegisterSettings, sq_slot
 from ..model.qpc import RECORD_BYTES, PathMtu, QpContext, ServiceType
 from ..model.regs import REG
 from ..model.wqe import CQ_RECORD_BYTES, CQE_BYTES, CqContext, Cqe, CqState, Wqe
@@ -64,8 +64,8 @@ class ModelDevice:
 class Verbs:
     """A driver for one RNIC ``device`` (see the module docstring)."""
 
-    def __init__(self, device, config: EngineConfig):
-        self.dev, self.config = device, config
+    def __init__(self, device, settings: RegisterSettings):
+        self.dev, self.settings = device, settings
         self.max_mtu = PathMtu.MTU_4096          # until open() reads CAPS2
         self.qps: dict[int, QpContext] = {}
         self.sq_pi: dict[int, int] = {}
@@ -76,23 +76,23 @@ class Verbs:
     async def open(self) -> None:
         """Read the device's limits (CAPS2) and apply the configuration registers (CONTROL.ENABLE last)."""
         self.max_mtu = PathMtu(await self.dev.read_reg(REG["CAPS2"].offset) >> 4 & 7)
-        for offset, value in self.config.writes():
+        for offset, value in self.settings.writes():
             await self.dev.write_reg(offset, value)
 
     # --- resources -----------------------------------------------------------------------------------
 
     def create_cq(self, cqn: int, ring_base: int, log_size: int = 6) -> CqContext:
-        if not 0 <= cqn < self.config.cq_size:
-            raise VerbsError(f"CQN {cqn} is beyond CQ_SIZE {self.config.cq_size}")
+        if not 0 <= cqn < self.settings.cq_size:
+            raise VerbsError(f"CQN {cqn} is beyond CQ_SIZE {self.settings.cq_size}")
         cq = CqContext(state=CqState.ACTIVE, log_size=log_size, ring_base=ring_base)
         self.dev.poke(ring_base, bytes(cq.size * CQE_BYTES))
-        self.dev.poke(self.config.cq_base + cqn * CQ_RECORD_BYTES, cq.pack())
+        self.dev.poke(self.settings.cq_base + cqn * CQ_RECORD_BYTES, cq.pack())
         self.cqs[cqn], self.cq_ci[cqn], self.polled[cqn] = cq, 0, []
         return cq
 
     def create_qp(self, qpn: int, ctx: QpContext) -> QpContext:
-        if not 0 <= qpn < self.config.qpc_size:
-            raise VerbsError(f"QPN {qpn} is beyond QPC_SIZE {self.config.qpc_size}")
+        if not 0 <= qpn < self.settings.qpc_size:
+            raise VerbsError(f"QPN {qpn} is beyond QPC_SIZE {self.settings.qpc_size}")
         ctx = dataclasses.replace(ctx, qpn=qpn)
         self._check_mtu(ctx)
         self.dev.poke(self._qpc(qpn), ctx.pack())
@@ -160,4 +160,4 @@ class Verbs:
         return out
 
     def _qpc(self, qpn: int) -> int:
-        return self.config.qpc_base + qpn * RECORD_BYTES
+        return self.settings.qpc_base + qpn * RECORD_BYTES

@@ -1,6 +1,6 @@
 """The simulation CLI: scenario files (schema errors name the field), `run` and `soak` on the RTL.
 
-The RTL runs share the Verilator build of cocotb_tests/test_rnic.py (build/sim/rnic-q256).
+The RTL runs share the Verilator builds of cocotb_tests/test_rnic.py (build/sim/rnic-<RnicConfig.key()>).
 """
 
 import subprocess
@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from rnic.model.config import RnicConfig
 from rnic.model.pcap import read_pcap
 from rnic.sim.scenario_file import ScenarioError, load_scenario, parse
 
@@ -36,8 +37,13 @@ def _cli(*args, timeout=900):
     ({"qps": [{}], "colour": 1}, "scenario: unknown field colour"),
     ({"qps": [{}], "memory": {"latency": [9, 3]}}, "memory.latency: expected clocks or [min, max]"),
     ({"random": {"qps": 4}, "qps": [{}]}, "scenario: give either random or qps/work, not both"),
-    ({"qps": [{}], "engine": {"width": 96}}, "engine.width: 96 is not one of 64, 128, 256, 512"),
-    ({"qps": [{}], "engine": {"max_mtu": 1500}}, "engine.max_mtu: 1500 is not one of 256, 512, 1024, 2048, 4096"),
+    ({"qps": [{}], "config": {"width": 96}}, "config: width must be 64, 128, 256 or 512, not 96"),
+    ({"qps": [{}], "config": {"max_mtu": 1500}}, "config: max_mtu must be 256, 512, 1024, 2048 or 4096 bytes, not 1500"),
+    ({"qps": [{}], "config": {"colour": 1}}, "config: unknown configuration parameter(s): colour"),
+    ({"qps": [{}], "config": {"qpc": {"ways": 32}}}, "config: qpc.ways must be a power of two no larger than entries"),
+    ({"qps": [{}], "config": {"window": True}}, "config: window must be an integer, not True"),
+    ({"qps": [{}], "engine": {"width": 128}}, "engine.width: an engine parameter; set it in the [config] table"),
+    ({"qps": [{}] * 3, "config": {"max_qps": 2}}, "qps: 3 QPs, the engine holds config.max_qps = 2"),
 ])
 def test_scenario_errors_name_the_field(data, message):
     with pytest.raises(ScenarioError) as err:
@@ -73,10 +79,10 @@ def test_run_example_on_the_rtl(tmp_path):
 
 
 def test_run_wide_example_on_the_rtl(tmp_path):
-    """engine.width / engine.max_mtu reach the RTL (the build test_rnic_wide also uses): 128-bit frames,
+    """config.width / config.max_mtu reach the RTL (the build test_rnic_wide also uses): 128-bit frames,
     and the QP asking for a 4096-byte MTU fails exactly as the model says."""
     sc = load_scenario(ROOT / "examples" / "wide.toml")
-    assert sc.params == {"width": 128, "max_mtu": 1024}
+    assert sc.config == RnicConfig(width=128, max_mtu=1024)
     proc = _cli("run", ROOT / "examples" / "wide.toml", "--out", tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "mismatches            0" in proc.stdout

@@ -11,6 +11,7 @@ import pytest
 from amaranth.sim import Simulator
 
 from rnic.fpga import cli
+from rnic.model.config import RnicConfig
 from rnic.fpga.selftest import SELFTEST_MAP, AxiRam, Fail, Op, SelfTest, selftest_workload
 from rnic.model.wqe import CqeStatus
 from rnic.sim.scenario import CHECKED_REGS, expected
@@ -18,7 +19,7 @@ from rnic.sim.scenario import CHECKED_REGS, expected
 
 def test_workload_fits_the_map_and_exercises_errors():
     w = selftest_workload()
-    model = expected(w)
+    model = expected(w, RnicConfig())
     assert w.memory_map is SELFTEST_MAP
     assert all(addr + n <= SELFTEST_MAP.size for addr, n in w.regions)
     statuses = {c.cqe.status for c in model.cqes}

@@ -50,39 +50,43 @@ def _args(*extra):
 # ---- arguments and messages (no tools run) -------------------------------------------------------
 
 def test_defaults_and_config():
-    from rnic.hdl.rnic import Rnic
+    from rnic.model.config import RnicConfig
 
     args = cli.parse_args(_args())
-    assert cli.engine_config(args) == {"width": 64, "qp_cache_entries": 16, "qp_cache_ways": 4}
+    d = RnicConfig()
+    assert args.config == d
+    assert cli.engine_config(args) == {"width": d.width, "qp_cache_entries": d.qpc.entries,
+                                       "qp_cache_ways": d.qpc.ways, "max_qps": d.max_qps, "max_mtu": d.max_mtu,
+                                       "window": d.window, "payload_queue": d.payload_queue,
+                                       "desc_queue": d.desc_queue, "wqe_prefetch": d.wqe_prefetch}
     assert args.target_mhz == 156.25 and args.seed == 1 and args.markdown is None
     assert cli.default_name(args) == "rnic"
-    cfg = cli.engine_config(args, cli.build_engine(args))
-    default = Rnic()
-    assert cfg["max_qps"] == default.max_qps and cfg["window"] == default.window
+    assert cli.engine_config(args, cli.build_engine(args)) == cli.engine_config(args)
 
 
 def test_payload_queue_holds_a_packet():
     """A frame leaves only once its whole payload is on chip, so the payload queue must hold one
     largest packet's raw beats (less the reader's three-beat output stage)."""
-    from rnic.hdl.rnic import Rnic
+    from rnic.model.config import RnicConfig
 
     with pytest.raises(ValueError, match="payload_queue must be at least 510 beats at width 64 and max_mtu 4096"):
-        Rnic(payload_queue=509)
-    assert Rnic(payload_queue=510).payload_queue == 510
-    assert Rnic(width=64, max_mtu=1024, payload_queue=256).payload_queue == 256
-    assert Rnic(width=512, payload_queue=256).payload_queue == 256
+        RnicConfig(payload_queue=509)
+    assert RnicConfig(payload_queue=510).payload_queue == 510
+    assert RnicConfig(width=64, max_mtu=1024, payload_queue=256).payload_queue == 256
+    assert RnicConfig(width=512, payload_queue=256).payload_queue == 256
 
 
 def test_engine_options_reach_rnic():
     args = cli.parse_args(_args("--qp-cache", "64", "--max-qps", "64", "--window", "8", "--width", "256",
                                 "--max-mtu", "1024"))
     engine = cli.build_engine(args)
-    assert (engine.cache_cfg.entries, engine.cache_cfg.ways, engine.max_qps, engine.window) == (64, 4, 64, 8)
-    assert (engine.width, engine.max_mtu) == (256, 1024)
+    c = engine.config
+    assert (c.qpc.entries, c.qpc.ways, c.max_qps, c.window) == (64, 4, 64, 8)
+    assert (c.width, c.max_mtu) == (256, 1024)
     cfg = cli.engine_config(args, engine)
     assert cfg["qp_cache_entries"] == 64 and cfg["max_qps"] == 64 and cfg["window"] == 8
     assert cfg["width"] == 256 and cfg["max_mtu"] == 1024
-    assert cli.default_name(args) == "rnic-w256-qpc64-qps64-mtu1024-win8"
+    assert cli.default_name(args) == "rnic-w256-mtu1024-q64-win8-qpce64"
 
 
 def test_block_option_builds_the_engines_block():
@@ -101,24 +105,26 @@ def test_block_option_builds_the_engines_block():
 
 
 @pytest.mark.parametrize("extra, name, ways", [
-    (["--qp-cache", "64"], "rnic-qpc64", 4),
-    (["--qp-cache", "2"], "rnic-qpc2", 2),
-    (["--qp-cache", "64", "--qp-cache-ways", "8"], "rnic-qpc64-ways8", 8),
-    (["--max-qps", "64", "--window", "8"], "rnic-qps64-win8", 4),
+    (["--qp-cache", "64"], "rnic-qpce64", 4),
+    (["--qp-cache", "2"], "rnic-qpce2-qpcw2", 2),
+    (["--qp-cache", "64", "--qp-cache-ways", "8"], "rnic-qpce64-qpcw8", 8),
+    (["--qpc-entries", "64", "--qpc-ways", "8"], "rnic-qpce64-qpcw8", 8),
+    (["--max-qps", "64", "--window", "8"], "rnic-q64-win8", 4),
 ])
 def test_qp_cache_and_name(extra, name, ways):
     args = cli.parse_args(_args(*extra))
-    assert args.qp_cache_ways == ways
+    assert args.config.qpc.ways == ways
     assert cli.default_name(args) == name
 
 
 @pytest.mark.parametrize("extra, message", [
     (["--width", "96"], "--width 96 is not supported"),
     (["--width", "32"], "supported widths are 64, 128, 256, 512"),
-    (["--max-mtu", "1500"], "--max-mtu must be 256, 512, 1024, 2048 or 4096, not 1500"),
+    (["--max-mtu", "1500"], "max_mtu must be 256, 512, 1024, 2048 or 4096 bytes, not 1500"),
     (["--qp-cache", "12"], "entries must be a power of two, not 12"),
     (["--qp-cache", "4", "--qp-cache-ways", "8"], "ways must be a power of two no larger than entries"),
-    (["--max-qps", "100"], "--max-qps must be a power of two, not 100"),
+    (["--max-qps", "100"], "max_qps must be a power of two from 2 to 2**24, not 100"),
+    (["--window", "1"], "window must be 2..64, not 1"),
     (["--target-mhz", "0"], "--target-mhz must be positive"),
     (["--device", "ice40-hx9k"], "invalid choice: 'ice40-hx9k'"),
     (["--block", "crc"], "invalid choice: 'crc'"),

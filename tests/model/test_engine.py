@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from rnic.model.descriptor import LinkMode
-from rnic.model.engine import (PAGE, Driver, EngineConfig, EngineModel, HostMemory, SgidEntry, split_bursts)
+from rnic.model.config import RnicConfig
+from rnic.model.engine import (PAGE, Driver, EngineModel, HostMemory, RegisterSettings, SgidEntry, split_bursts)
 from rnic.model.frames import parse_frame
 from rnic.model.opcodes import OPCODE_INFO, Opcode
 from rnic.model.qpc import BusError, PathMtu, QpContext, QpState, ServiceType
@@ -36,11 +37,11 @@ def seed():
 class Bench:
     """A model plus a driver with QPC table, CQ table, one CQ per QP (CQN = QPN) and payload buffers."""
 
-    def __init__(self, nqps=4, quota=16, cq_log=10, max_mtu=4096, width=64, **kw):
+    def __init__(self, nqps=4, quota=16, cq_log=10, config=RnicConfig(), **kw):
         self.mem = HostMemory()
-        self.cfg = EngineConfig(qpc_base=QPC_BASE, qpc_size=nqps, cq_base=CQ_BASE, cq_size=nqps, quota=quota,
-                                port_lid=0x77, sgids=SGIDS, **kw)
-        self.model = EngineModel(self.mem, self.cfg, width=width, max_mtu=max_mtu)
+        self.cfg = RegisterSettings(qpc_base=QPC_BASE, qpc_size=nqps, cq_base=CQ_BASE, cq_size=nqps, quota=quota,
+                                    port_lid=0x77, sgids=SGIDS, **kw)
+        self.model = EngineModel(self.mem, config, settings=self.cfg)
         self.drv = Driver(self.mem, self.cfg, self.model)
         for cqn in range(nqps):
             self.drv.create_cq(cqn, CQ_RING + cqn * 0x10000, cq_log)
@@ -472,7 +473,7 @@ def test_bad_input(kind):
 def test_max_mtu_parameter(max_mtu, width):
     """A context asking for a path MTU above the engine's maximum is bad (LOC_QP_OP_ERR, the QP goes to
     ERROR); MTUs up to the maximum segment as usual. CAPS2 reports the width and the maximum."""
-    b = Bench(nqps=len(PathMtu), max_mtu=max_mtu, width=width)
+    b = Bench(nqps=len(PathMtu), config=RnicConfig(max_mtu=max_mtu, width=width))
     assert b.model.reg("CAPS2") == {64: 3, 128: 4, 256: 5, 512: 6}[width] | PathMtu.of_bytes(max_mtu) << 4
     for q, mtu in enumerate(PathMtu):
         b.qp(q, mtu=mtu)
@@ -493,8 +494,8 @@ def test_path_mtu_of_bytes():
     for bad in (128, 1500, 8192):
         with pytest.raises(ValueError):
             PathMtu.of_bytes(bad)
-    with pytest.raises(ValueError):
-        EngineModel(HostMemory(), max_mtu=1500)
+    with pytest.raises(ValueError, match="max_mtu"):
+        EngineModel(HostMemory(), RnicConfig(max_mtu=1500))
 
 
 def test_flush_after_error_and_doorbell_on_error_qp():
