@@ -665,7 +665,7 @@ if pytest is not None:
     def test_dma_parameters():
         """Other sizes and widths convert (no combinational loop), and bad parameters are refused."""
         from rnic.hdl.dma import AxiInterconnect, PayloadReader
-        from rnic.sim.toolchain import to_verilog
+        from rnic.hdl.verilog import to_verilog
         for n in (1, 2, 5):
             ic = AxiInterconnect(n, id_width=2)
             assert len(ic.m_axi.arid) == 2 + (n - 1).bit_length()

@@ -23,7 +23,7 @@ def main(argv: list[str] | None = None) -> int:
     v.add_argument("--cache-ways", type=int, default=4, help="QP context cache associativity (default 4)")
     args = parser.parse_args(argv)
     try:
-        from ..sim.toolchain import to_verilog
+        from .verilog import to_verilog
         from .rnic import Rnic
         cfg = QpcCacheConfig(entries=args.cache_entries, ways=args.cache_ways)
         text = to_verilog(Rnic(cfg, width=args.width, max_mtu=args.max_mtu, max_qps=args.max_qps), args.name)
