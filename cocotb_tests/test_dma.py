@@ -28,15 +28,13 @@ import warnings
 from pathlib import Path
 
 import cocotb
-from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, RisingEdge, gather
 
 from rnic.model.engine import split_bursts
-from rnic.sim.harness import set_pause
+from rnic.sim import tb as sim_tb
 
 warnings.filterwarnings("ignore", category=DeprecationWarning)   # cocotbext-axi on cocotb 2
 
-CLK_NS = 4
 BASE = 0x7EAD_0000_0000_0000        # host addresses: all 64 address bits in use
 MEM_SIZE = 1 << 22
 READER_SPAN = 128 * 1024            # reader commands read [BASE, BASE + READER_SPAN)
@@ -47,10 +45,7 @@ RID_SHIFT = 4                       # m_axi ID = Cat(master ID (4 bits), master 
 
 
 def _seed(dut, salt):
-    from rnic.sim.toolchain import seed_from_env
-    seed = seed_from_env()
-    dut._log.info("seed %d (rerun with RNIC_SEED=%d)", seed, seed)
-    return random.Random(seed * 1000 + salt)
+    return random.Random(sim_tb.seed(dut, None) * 1000 + salt)
 
 
 def _pack_cmd(addr, length, inline, data):
@@ -108,7 +103,7 @@ class HostMem:
     def set_backpressure(self, on, rng):
         rd = self.ram.read_if
         for ch in (rd.ar_channel, rd.r_channel, self.ram.write_if.aw_channel, self.ram.write_if.w_channel):
-            set_pause(ch, 0.2 if on else 0.0, rng)
+            sim_tb.set_pause(ch, 0.2 if on else 0.0, rng)
 
     def write(self, addr, data):
         self.ram.write(addr % MEM_SIZE, data)
@@ -126,7 +121,7 @@ class TB:
         dut._log.info("data width %d bits (%d bytes per beat)", self.W, self.B)
         self.edge = RisingEdge(dut.clk)
         self.cycle = 0
-        cocotb.start_soon(Clock(dut.clk, CLK_NS, unit="ns").start())
+        sim_tb.start_clock(dut)
         self.mem = HostMem(self, latency)
         self.mem.write(BASE, self.rng.randbytes(READER_SPAN + 8192))
         self.masters = {}
@@ -163,16 +158,8 @@ class TB:
         self.window_phase_check = self.window_phase_checked = False
 
     async def reset(self):
-        d = self.dut
-        d.rst.value = 1
-        d.cmd__valid.value = 0
-        d.payload__ready.value = 0
-        d.status__ready.value = 0
-        d.bw_cap.value = 0
-        d.max_burst.value = self.max_burst
-        await ClockCycles(d.clk, 4)
-        d.rst.value = 0
-        await self.edge
+        self.dut.max_burst.value = self.max_burst
+        await sim_tb.reset(self.dut, 4, low=("cmd__valid", "payload__ready", "status__ready", "bw_cap"))
         self.mem.start()
         cocotb.start_soon(self._tick())
 
