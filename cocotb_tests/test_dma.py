@@ -130,18 +130,18 @@ class TB:
             for k in (1, 2):
                 self.masters[k] = AxiMaster(AxiBus.from_prefix(dut, f"s{k}", bus_separator="__"), dut.clk, dut.rst)
         # reader stimulus / expectations
-        self.cmd_q = collections.deque()         # (addr, len, inline, data)
-        self.cmd_valid = False
-        self.cmd_valid_p = 1.0
-        self.ready_p = 1.0                       # payload.ready probability
-        self.status_ready_p = 1.0
+        self.cmd = sim_tb.StreamSource(dut, "cmd", rng=self.rng, encode=lambda cmd: _pack_cmd(*cmd),
+                                       on_transfer=lambda _: self.accept_cycles.append(self.cycle))
+        self.cmd_q = self.cmd.queue              # (addr, len, inline, data)
+        self.payload = sim_tb.StreamSink(dut, "payload", rng=self.rng,
+                                         on_transfer=lambda v: self._on_beat(v, self.cycle))
+        self.status = sim_tb.StreamSink(dut, "status", rng=self.rng,
+                                        on_transfer=lambda v: self._on_status(v, self.cycle))
         self.max_burst = 256
         self.exp_payload = collections.deque()   # (command number, expected bytes) for len > 0
         self.exp_status = collections.deque()    # (command number, error)
         self.exp_ar = collections.deque()        # (addr, beats) of the reader
         self.pay_pos = 0
-        self.pay_ready = False
-        self.st_ready = False
         self.n_cmds = 0
         self.beats = []                          # cycles of payload beats
         self.last_flags = []                     # cycle of each payload beat with last
@@ -157,11 +157,18 @@ class TB:
         self.check_ids = masters
         self.window_phase_check = self.window_phase_checked = False
 
+    # valid / ready probabilities of the command source, the payload sink and the status sink
+    cmd_valid_p = property(lambda self: self.cmd.valid_p, lambda self, p: setattr(self.cmd, "valid_p", p))
+    ready_p = property(lambda self: self.payload.ready_p, lambda self, p: setattr(self.payload, "ready_p", p))
+    status_ready_p = property(lambda self: self.status.ready_p, lambda self, p: setattr(self.status, "ready_p", p))
+
     async def reset(self):
         self.dut.max_burst.value = self.max_burst
         await sim_tb.reset(self.dut, 4, low=("cmd__valid", "payload__ready", "status__ready", "bw_cap"))
         self.mem.start()
-        cocotb.start_soon(self._tick())
+        cocotb.start_soon(self._tick())         # counts the clock before the streams act on it
+        for port in (self.cmd, self.payload, self.status):
+            port.start()
 
     # ---- stimulus -------------------------------------------------------------------------------
     def set_max_burst(self, v):
@@ -209,7 +216,7 @@ class TB:
 
     async def drain(self, timeout=400_000):
         start = self.cycle
-        while self.cmd_q or self.exp_payload or self.exp_status or self.cmd_valid:
+        while self.cmd_q or self.exp_payload or self.exp_status or self.cmd.offering:
             await self.edge
             if self.cycle - start >= timeout:
                 self.dump()
@@ -232,30 +239,11 @@ class TB:
 
     # ---- per-clock driver and monitors ----------------------------------------------------------
     async def _tick(self):
-        d, rng = self.dut, self.rng
+        d = self.dut
         while True:
             await self.edge
             self.cycle += 1
             c = self.cycle
-            # cmd
-            if self.cmd_valid and d.cmd__ready.value:
-                self.cmd_q.popleft()
-                self.accept_cycles.append(c)
-                self.cmd_valid = False
-            if not self.cmd_valid and self.cmd_q and (self.cmd_valid_p >= 1 or rng.random() < self.cmd_valid_p):
-                d.cmd__payload.value = _pack_cmd(*self.cmd_q[0])
-                self.cmd_valid = True
-            d.cmd__valid.value = int(self.cmd_valid)
-            # payload
-            if self.pay_ready and d.payload__valid.value:
-                self._on_beat(d.payload__payload.value.to_unsigned(), c)
-            self.pay_ready = self.ready_p >= 1 or rng.random() < self.ready_p
-            d.payload__ready.value = int(self.pay_ready)
-            # status
-            if self.st_ready and d.status__valid.value:
-                self._on_status(int(d.status__payload.value), c)
-            self.st_ready = self.status_ready_p >= 1 or rng.random() < self.status_ready_p
-            d.status__ready.value = int(self.st_ready)
             # host port
             if d.m_axi__arvalid.value and d.m_axi__arready.value:
                 self._on_ar(d.m_axi__arid.value.to_unsigned(), d.m_axi__araddr.value.to_unsigned(),

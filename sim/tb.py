@@ -22,7 +22,8 @@ from cocotb.triggers import ClockCycles, RisingEdge
 
 from .toolchain import seed_from_env
 
-__all__ = ["CLK_NS", "seed", "start_clock", "reset", "random_pause", "set_pause", "unsigned", "StreamSource", "StreamSink"]
+__all__ = ["CLK_NS", "seed", "start_clock", "reset", "random_pause", "set_pause", "unsigned", "StreamSource",
+           "StreamSink"]
 
 #: the clock period of the block testbenches, in ns
 CLK_NS = 4
@@ -81,7 +82,24 @@ def set_pause(port, prob: float, rng: random.Random) -> None:
         port.pause = False
 
 
-class StreamSource:
+class _StreamPort:
+    """The signals of the ``lib.stream`` port ``name`` of ``dut``, and the coroutine that drives them."""
+
+    def __init__(self, dut, name: str, on_transfer, rng, clk: str):
+        self.name, self.on_transfer, self.rng = name, on_transfer, rng
+        self.valid, self.ready = getattr(dut, f"{name}__valid"), getattr(dut, f"{name}__ready")
+        self.payload = getattr(dut, f"{name}__payload")
+        self.clk = getattr(dut, clk)
+
+    def start(self):
+        """Start driving the port (once the design is out of reset); returns the task."""
+        return cocotb.start_soon(self._run())
+
+    async def _run(self):
+        raise NotImplementedError
+
+
+class StreamSource(_StreamPort):
     """Drives the ``lib.stream`` input ``name`` of ``dut`` from a queue.
 
     ``queue`` holds the items to send (append to it, or call :meth:`send`); ``encode(item)`` gives
@@ -93,24 +111,15 @@ class StreamSource:
 
     def __init__(self, dut, name: str, *, encode=int, on_transfer=None, rng=None, valid_p: float = 1.0,
                  clk: str = "clk"):
-        self.valid, self.ready = getattr(dut, f"{name}__valid"), getattr(dut, f"{name}__ready")
-        self.payload = getattr(dut, f"{name}__payload")
-        self.clk = getattr(dut, clk)
-        self.encode, self.on_transfer, self.rng, self.valid_p = encode, on_transfer, rng, valid_p
+        super().__init__(dut, name, on_transfer, rng, clk)
+        self.encode, self.valid_p = encode, valid_p
         self.queue = collections.deque()
         self.offering = False
 
     def send(self, item):
         self.queue.append(item)
 
-    def idle(self) -> bool:
-        """Nothing queued or on offer."""
-        return not self.queue
-
-    def start(self):
-        return cocotb.start_soon(self._drive())
-
-    async def _drive(self):
+    async def _run(self):
         while True:
             await RisingEdge(self.clk)
             if self.offering and self.ready.value:
@@ -130,7 +139,7 @@ def unsigned(signal) -> int:
     return v.to_unsigned() if hasattr(v, "to_unsigned") else int(v)
 
 
-class StreamSink:
+class StreamSink(_StreamPort):
     """Takes the ``lib.stream`` output ``name`` of ``dut`` and checks the stream rule.
 
     ``ready`` is high at each clock with probability ``ready_p`` (drawn from ``rng``; 1: always), low
@@ -143,19 +152,13 @@ class StreamSink:
 
     def __init__(self, dut, name: str, *, decode=int, on_transfer=None, rng=None, ready_p: float = 1.0,
                  clk: str = "clk"):
-        self.name = name
-        self.valid, self.ready = getattr(dut, f"{name}__valid"), getattr(dut, f"{name}__ready")
-        self.payload = getattr(dut, f"{name}__payload")
-        self.clk = getattr(dut, clk)
-        self.decode, self.on_transfer, self.rng, self.ready_p = decode, on_transfer, rng, ready_p
+        super().__init__(dut, name, on_transfer, rng, clk)
+        self.decode, self.ready_p = decode, ready_p
         self.items = collections.deque()
         self.hold = False
         self.ready.value = 1
 
-    def start(self):
-        return cocotb.start_soon(self._take())
-
-    async def _take(self):
+    async def _run(self):
         waiting = None                          # payload offered and not taken at the last edge
         while True:
             await RisingEdge(self.clk)

@@ -44,7 +44,8 @@ def _package_of(module: str):
 
 def test_resolves_relative_imports(tmp_path):
     probe = tmp_path / "probe.py"
-    probe.write_text("from ..sim.toolchain import run\nfrom .bus import X\nfrom .. import model\nimport rnic.fpga.synth\n")
+    probe.write_text("from ..sim.toolchain import run\nfrom .bus import X\nfrom .. import model\n"
+                     "import rnic.fpga.synth\n")
     assert [m for _, m in _imports(probe, "hdl")] == ["rnic.sim.toolchain", "rnic.hdl.bus", "rnic", "rnic.fpga.synth"]
 
 
