@@ -180,7 +180,7 @@ async def bench_fairness(tb, qps, quota, mem_latency, long_len=65536, short_len=
 
 
 BENCH_PARTS = {"latency": bench_latency, "efficiency": bench_efficiency, "message": bench_efficiency,
-                "rate": bench_rate, "fairness": bench_fairness}
+               "rate": bench_rate, "fairness": bench_fairness}
 
 
 def default_plan(parts):
@@ -206,7 +206,7 @@ def default_plan(parts):
 
 @cocotb.test()
 async def bench(dut):
-    """Runs the measurements of RNIC_BENCH_PLAN (or RNICBENCH_PARTS) in order and writes the results,
+    """Runs the measurements of RNIC_BENCH_PLAN (or RNIC_BENCH_PARTS) in order and writes the results,
     each with the clocks it simulated and its wall time, to RNIC_BENCH. On a failure (the RTL differs
     from the model, a timeout) the results so far and the error are written before it is raised."""
     import time
@@ -214,7 +214,7 @@ async def bench(dut):
     if os.environ.get("RNIC_BENCH_PLAN"):
         plan = json.loads(Path(os.environ["RNIC_BENCH_PLAN"]).read_text())
     else:
-        plan = default_plan(os.environ.get("RNICBENCH_PARTS", "latency,efficiency,message,rate,fairness").split(","))
+        plan = default_plan(os.environ.get("RNIC_BENCH_PARTS", "latency,efficiency,message,rate,fairness").split(","))
     progress = os.environ.get("RNIC_BENCH_PROGRESS")
     results = {"width": len(dut.m_axis__tdata)} | {x["part"]: [] for x in plan}
     try:
