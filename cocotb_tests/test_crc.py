@@ -20,24 +20,18 @@ from pathlib import Path
 
 import cocotb
 import pytest
-from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, RisingEdge, with_timeout
 from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamSink, AxiStreamSource
 
 from rnic.hdl.crc import CrcStream, CrcStreamAxis
 from rnic.model.crc import ICRC, VCRC
+from rnic.sim import tb as sim_tb
 from rnic.sim import toolchain
 
 SPECS = {"ICRC": ICRC, "VCRC": VCRC}
 # CrcStream(queue=...) of this build: without the queue the sink must take every result at once,
 # so those builds run without backpressure.
 QUEUE = os.environ.get("RNIC_CRC_QUEUE", "1") == "1"
-
-
-def random_pause(rng, probability):
-    """Pause generator: True (pause) with the given probability each cycle."""
-    while True:
-        yield rng.random() < probability
 
 
 class TB:
@@ -49,10 +43,8 @@ class TB:
         self.width = len(dut.s_axis__tdata)
         self.lanes = self.width // 8
         self.latency = CrcStream(self.spec, self.width, queue=QUEUE).latency
-        self.rng = random.Random(cocotb.RANDOM_SEED)
-        self.log.info("%s, width %d, queue %s, seed %d", self.spec.name, self.width, QUEUE, cocotb.RANDOM_SEED)
-
-        Clock(dut.clk, 4, unit="ns").start()
+        self.rng = random.Random(sim_tb.seed(dut, what=f"{self.spec.name}, width {self.width}, queue {QUEUE}"))
+        sim_tb.start_clock(dut)
         self.source = AxiStreamSource(AxiStreamBus.from_prefix(dut, "s_axis", bus_separator="__"),
                                       dut.clk, dut.rst)
         self.sink = AxiStreamSink(AxiStreamBus.from_prefix(dut, "m_axis", bus_separator="__"),
@@ -77,12 +69,7 @@ class TB:
         self.sink.pause = False
 
     async def reset(self):
-        self.dut.rst.value = 0
-        await ClockCycles(self.dut.clk, 2)
-        self.dut.rst.value = 1
-        await ClockCycles(self.dut.clk, 3)
-        self.dut.rst.value = 0
-        await ClockCycles(self.dut.clk, 2)
+        await sim_tb.reset(self.dut, 3, before=2, after=2)
 
     async def _monitor(self):
         dut = self.dut
@@ -210,7 +197,7 @@ async def run_random_no_queue(dut, idle):
     tb = TB(dut)
     await tb.reset()
     if idle:
-        tb.set_idle_generator(random_pause(random.Random(tb.rng.random()), idle))
+        tb.set_idle_generator(sim_tb.random_pause(random.Random(tb.rng.random()), idle))
     await tb.check_packets(random_packets(tb, 60))
     assert tb.stalls == 0, f"input refused for {tb.stalls} cycles"
 
@@ -222,9 +209,9 @@ async def run_random(dut, idle, backpressure):
     tb = TB(dut)
     await tb.reset()
     if idle:
-        tb.set_idle_generator(random_pause(random.Random(tb.rng.random()), idle))
+        tb.set_idle_generator(sim_tb.random_pause(random.Random(tb.rng.random()), idle))
     if backpressure:
-        tb.set_backpressure_generator(random_pause(random.Random(tb.rng.random()), backpressure))
+        tb.set_backpressure_generator(sim_tb.random_pause(random.Random(tb.rng.random()), backpressure))
     await tb.check_packets(random_packets(tb, 60))
     tb.log.info("input refused in %d cycles", tb.stalls)
     # The short-packet burst outruns a 10 % sink only if the input offers often enough: at idle 0.3
@@ -266,8 +253,7 @@ CONFIGS = [
 
 @pytest.mark.parametrize("spec_name,width,queue", CONFIGS)
 def test_crc_stream(spec_name, width, queue):
-    seed = toolchain.seed_from_env()
-    print(f"test_crc_stream[{spec_name}-{width}-{queue}] seed={seed} (rerun with RNIC_SEED={seed})")
+    seed = sim_tb.seed(None, None, what=f"test_crc_stream[{spec_name}-{width}-{queue}]")
     spec = SPECS[spec_name]
     build = toolchain.build(lambda: CrcStreamAxis(spec, width, queue=queue), "crc_stream_axis",
                             f"crc-{spec_name.lower()}-w{width}" + ("" if queue else "-noqueue"))

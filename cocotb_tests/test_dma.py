@@ -28,15 +28,13 @@ import warnings
 from pathlib import Path
 
 import cocotb
-from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, RisingEdge, gather
 
 from rnic.model.engine import split_bursts
-from rnic.sim.harness import set_pause
+from rnic.sim import tb as sim_tb
 
 warnings.filterwarnings("ignore", category=DeprecationWarning)   # cocotbext-axi on cocotb 2
 
-CLK_NS = 4
 BASE = 0x7EAD_0000_0000_0000        # host addresses: all 64 address bits in use
 MEM_SIZE = 1 << 22
 READER_SPAN = 128 * 1024            # reader commands read [BASE, BASE + READER_SPAN)
@@ -47,10 +45,7 @@ RID_SHIFT = 4                       # m_axi ID = Cat(master ID (4 bits), master 
 
 
 def _seed(dut, salt):
-    from rnic.sim.toolchain import seed_from_env
-    seed = seed_from_env()
-    dut._log.info("seed %d (rerun with RNIC_SEED=%d)", seed, seed)
-    return random.Random(seed * 1000 + salt)
+    return random.Random(sim_tb.seed(dut, None) * 1000 + salt)
 
 
 def _pack_cmd(addr, length, inline, data):
@@ -108,7 +103,7 @@ class HostMem:
     def set_backpressure(self, on, rng):
         rd = self.ram.read_if
         for ch in (rd.ar_channel, rd.r_channel, self.ram.write_if.aw_channel, self.ram.write_if.w_channel):
-            set_pause(ch, 0.2 if on else 0.0, rng)
+            sim_tb.set_pause(ch, 0.2 if on else 0.0, rng)
 
     def write(self, addr, data):
         self.ram.write(addr % MEM_SIZE, data)
@@ -126,7 +121,7 @@ class TB:
         dut._log.info("data width %d bits (%d bytes per beat)", self.W, self.B)
         self.edge = RisingEdge(dut.clk)
         self.cycle = 0
-        cocotb.start_soon(Clock(dut.clk, CLK_NS, unit="ns").start())
+        sim_tb.start_clock(dut)
         self.mem = HostMem(self, latency)
         self.mem.write(BASE, self.rng.randbytes(READER_SPAN + 8192))
         self.masters = {}
@@ -135,18 +130,18 @@ class TB:
             for k in (1, 2):
                 self.masters[k] = AxiMaster(AxiBus.from_prefix(dut, f"s{k}", bus_separator="__"), dut.clk, dut.rst)
         # reader stimulus / expectations
-        self.cmd_q = collections.deque()         # (addr, len, inline, data)
-        self.cmd_valid = False
-        self.cmd_valid_p = 1.0
-        self.ready_p = 1.0                       # payload.ready probability
-        self.status_ready_p = 1.0
+        self.cmd = sim_tb.StreamSource(dut, "cmd", rng=self.rng, encode=lambda cmd: _pack_cmd(*cmd),
+                                       on_transfer=lambda _: self.accept_cycles.append(self.cycle))
+        self.cmd_q = self.cmd.queue              # (addr, len, inline, data)
+        self.payload = sim_tb.StreamSink(dut, "payload", rng=self.rng,
+                                         on_transfer=lambda v: self._on_beat(v, self.cycle))
+        self.status = sim_tb.StreamSink(dut, "status", rng=self.rng,
+                                        on_transfer=lambda v: self._on_status(v, self.cycle))
         self.max_burst = 256
         self.exp_payload = collections.deque()   # (command number, expected bytes) for len > 0
         self.exp_status = collections.deque()    # (command number, error)
         self.exp_ar = collections.deque()        # (addr, beats) of the reader
         self.pay_pos = 0
-        self.pay_ready = False
-        self.st_ready = False
         self.n_cmds = 0
         self.beats = []                          # cycles of payload beats
         self.last_flags = []                     # cycle of each payload beat with last
@@ -162,19 +157,18 @@ class TB:
         self.check_ids = masters
         self.window_phase_check = self.window_phase_checked = False
 
+    # valid / ready probabilities of the command source, the payload sink and the status sink
+    cmd_valid_p = property(lambda self: self.cmd.valid_p, lambda self, p: setattr(self.cmd, "valid_p", p))
+    ready_p = property(lambda self: self.payload.ready_p, lambda self, p: setattr(self.payload, "ready_p", p))
+    status_ready_p = property(lambda self: self.status.ready_p, lambda self, p: setattr(self.status, "ready_p", p))
+
     async def reset(self):
-        d = self.dut
-        d.rst.value = 1
-        d.cmd__valid.value = 0
-        d.payload__ready.value = 0
-        d.status__ready.value = 0
-        d.bw_cap.value = 0
-        d.max_burst.value = self.max_burst
-        await ClockCycles(d.clk, 4)
-        d.rst.value = 0
-        await self.edge
+        self.dut.max_burst.value = self.max_burst
+        await sim_tb.reset(self.dut, 4, low=("cmd__valid", "payload__ready", "status__ready", "bw_cap"))
         self.mem.start()
-        cocotb.start_soon(self._tick())
+        cocotb.start_soon(self._tick())         # counts the clock before the streams act on it
+        for port in (self.cmd, self.payload, self.status):
+            port.start()
 
     # ---- stimulus -------------------------------------------------------------------------------
     def set_max_burst(self, v):
@@ -222,7 +216,7 @@ class TB:
 
     async def drain(self, timeout=400_000):
         start = self.cycle
-        while self.cmd_q or self.exp_payload or self.exp_status or self.cmd_valid:
+        while self.cmd_q or self.exp_payload or self.exp_status or self.cmd.offering:
             await self.edge
             if self.cycle - start >= timeout:
                 self.dump()
@@ -245,30 +239,11 @@ class TB:
 
     # ---- per-clock driver and monitors ----------------------------------------------------------
     async def _tick(self):
-        d, rng = self.dut, self.rng
+        d = self.dut
         while True:
             await self.edge
             self.cycle += 1
             c = self.cycle
-            # cmd
-            if self.cmd_valid and d.cmd__ready.value:
-                self.cmd_q.popleft()
-                self.accept_cycles.append(c)
-                self.cmd_valid = False
-            if not self.cmd_valid and self.cmd_q and (self.cmd_valid_p >= 1 or rng.random() < self.cmd_valid_p):
-                d.cmd__payload.value = _pack_cmd(*self.cmd_q[0])
-                self.cmd_valid = True
-            d.cmd__valid.value = int(self.cmd_valid)
-            # payload
-            if self.pay_ready and d.payload__valid.value:
-                self._on_beat(d.payload__payload.value.to_unsigned(), c)
-            self.pay_ready = self.ready_p >= 1 or rng.random() < self.ready_p
-            d.payload__ready.value = int(self.pay_ready)
-            # status
-            if self.st_ready and d.status__valid.value:
-                self._on_status(int(d.status__payload.value), c)
-            self.st_ready = self.status_ready_p >= 1 or rng.random() < self.status_ready_p
-            d.status__ready.value = int(self.st_ready)
             # host port
             if d.m_axi__arvalid.value and d.m_axi__arready.value:
                 self._on_ar(d.m_axi__arid.value.to_unsigned(), d.m_axi__araddr.value.to_unsigned(),
@@ -665,7 +640,7 @@ if pytest is not None:
     def test_dma_parameters():
         """Other sizes and widths convert (no combinational loop), and bad parameters are refused."""
         from rnic.hdl.dma import AxiInterconnect, PayloadReader
-        from rnic.sim.toolchain import to_verilog
+        from rnic.hdl.verilog import to_verilog
         for n in (1, 2, 5):
             ic = AxiInterconnect(n, id_width=2)
             assert len(ic.m_axi.arid) == 2 + (n - 1).bit_length()

@@ -14,8 +14,8 @@ import random
 from pathlib import Path
 
 import cocotb
-from cocotb.clock import Clock
-from cocotb.triggers import ClockCycles
+
+from rnic.sim import tb as sim_tb
 
 try:
     import pytest
@@ -30,26 +30,19 @@ WORKERS = 4
 async def test_narrow_random(dut):
     from cocotbext.axi import AxiBus, AxiMaster, AxiRam
 
-    from rnic.sim.harness import set_pause
-    from rnic.sim.toolchain import seed_from_env
-
-    seed = seed_from_env()
-    dut._log.info("seed %d (rerun with RNIC_SEED=%d), width %d", seed, seed, len(dut.m_axi__rdata))
+    seed = sim_tb.seed(dut, None, what=f"width {len(dut.m_axi__rdata)}")
     rng = random.Random(seed)
-    cocotb.start_soon(Clock(dut.clk, 4, unit="ns").start())
+    sim_tb.start_clock(dut)
     for name in ("s_axi", "m_axi"):
         logging.getLogger(f"cocotb.{dut._name}.{name}").setLevel(logging.WARNING)
     master = AxiMaster(AxiBus.from_prefix(dut, "s_axi", bus_separator="__"), dut.clk, dut.rst)
     ram = AxiRam(AxiBus.from_prefix(dut, "m_axi", bus_separator="__"), dut.clk, dut.rst, size=WORKERS * REGION)
     for ch in (ram.read_if.ar_channel, ram.read_if.r_channel, ram.write_if.aw_channel, ram.write_if.w_channel,
                ram.write_if.b_channel):
-        set_pause(ch, 0.3, rng)
+        sim_tb.set_pause(ch, 0.3, rng)
     mirror = bytearray(rng.randbytes(WORKERS * REGION))
     ram.write(0, bytes(mirror))
-    dut.rst.value = 1
-    await ClockCycles(dut.clk, 4)
-    dut.rst.value = 0
-    await ClockCycles(dut.clk, 2)
+    await sim_tb.reset(dut, 4, after=2)
 
     checked = [0]
 

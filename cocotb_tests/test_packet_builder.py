@@ -28,7 +28,6 @@ from rnic.model.opcodes import OPCODE_INFO, Opcode
 
 try:  # only inside the simulator
     import cocotb
-    from cocotb.clock import Clock
     from cocotb.triggers import ClockCycles, RisingEdge, ReadOnly
 except ImportError:  # pragma: no cover
     cocotb = None
@@ -156,7 +155,7 @@ def check_pcaps(frames_by_mode: dict, folder: Path, log) -> None:
 if cocotb is not None:
     from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamSink, AxiStreamSource
 
-    from rnic.sim.harness import set_pause
+    from rnic.sim import tb as sim_tb
 
     class TB:
         def __init__(self, dut, seed: int):
@@ -165,7 +164,7 @@ if cocotb is not None:
             self.width = len(dut.m_axis__tdata)
             self.lanes = self.width // 8
             self.desc_bytes = len(dut.s_desc__tdata) // 8
-            cocotb.start_soon(Clock(dut.clk, 4, unit="ns").start())
+            sim_tb.start_clock(dut)
             self.desc = AxiStreamSource(AxiStreamBus.from_prefix(dut, "s_desc", bus_separator="__"),
                                         dut.clk, dut.rst)
             self.payload = AxiStreamSource(AxiStreamBus.from_prefix(dut, "s_payload", bus_separator="__"),
@@ -179,15 +178,12 @@ if cocotb is not None:
             cocotb.start_soon(self._watch_output())
 
         def set_pauses(self, prob_in: float, prob_out: float) -> None:
-            set_pause(self.desc, prob_in, self.rng)
-            set_pause(self.payload, prob_in, self.rng)
-            set_pause(self.sink, prob_out, self.rng)
+            sim_tb.set_pause(self.desc, prob_in, self.rng)
+            sim_tb.set_pause(self.payload, prob_in, self.rng)
+            sim_tb.set_pause(self.sink, prob_out, self.rng)
 
         async def reset(self) -> None:
-            self.dut.rst.value = 1
-            await ClockCycles(self.dut.clk, 3)
-            self.dut.rst.value = 0
-            await ClockCycles(self.dut.clk, 2)
+            await sim_tb.reset(self.dut, 3, after=2)
 
         async def _watch_output(self) -> None:
             """Stream rule on m_axis: once valid, valid and payload hold until the transfer."""
@@ -246,15 +242,11 @@ if cocotb is not None:
     def _level() -> str:
         return os.environ.get("PB_SWEEP", "ci")
 
-    def _seed() -> int:
-        return int(os.environ.get("RNIC_SEED", "1"), 0)
-
     @cocotb.test()
     async def test_sweep(dut):
         """Every link mode x opcode form x payload size (CI subset or full), random valid/ready."""
-        seed = _seed()
-        tb = TB(dut, seed)
-        dut._log.info("seed %d, width %d, sweep %s", seed, tb.width, _level())
+        tb = TB(dut, sim_tb.seed(dut))
+        dut._log.info("width %d, sweep %s", tb.width, _level())
         await tb.reset()
         tb.set_pauses(0.3, 0.3)
         packets = plan(tb.width, _level(), tb.rng)
@@ -281,7 +273,7 @@ if cocotb is not None:
     @cocotb.test()
     async def test_back_to_back(dut):
         """No pauses anywhere: the output carries one beat per clock through frame boundaries."""
-        tb = TB(dut, _seed() + 1)
+        tb = TB(dut, sim_tb.seed(dut) + 1)
         await tb.reset()
         tb.set_pauses(0, 0)
         # latency of an empty pipeline: descriptor transfer -> first frame beat valid
@@ -329,7 +321,7 @@ if cocotb is not None:
     @cocotb.test()
     async def test_abort(dut):
         """Bad descriptors and payload length mismatches: aborted frame, sticky flag, next frame fine."""
-        tb = TB(dut, _seed() + 2)
+        tb = TB(dut, sim_tb.seed(dut) + 2)
         await tb.reset()
         tb.set_pauses(0.2, 0.2)
         rng = tb.rng

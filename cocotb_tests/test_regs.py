@@ -17,19 +17,18 @@ The pytest function at the bottom builds the Verilator model once and runs every
 Seeds: ``RNIC_SEED`` (printed by the runner); each test logs the seed it derived.
 """
 
-import collections
 import logging
 import os
 import random
 from pathlib import Path
 
 import cocotb
-from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, RisingEdge, Timer
 
 from rnic.model.engine import EngineModel, HostMemory
 from rnic.model.regs import (COUNTER_NAMES, REG, REGISTERS, SGID_BASE, SGID_ENTRIES, SGID_STRIDE, Access, ErrBit,
                              IntBit)
+from rnic.sim import tb as sim_tb
 
 _BY_OFFSET = {r.offset: r for r in REGISTERS}
 _M32 = (1 << 32) - 1
@@ -65,51 +64,18 @@ def _pack(fields, values):
     return sum((values.get(name, 0) & ((1 << w) - 1)) << off for name, off, w in fields)
 
 
-def _u(signal):
-    """A signal's value as an unsigned int (1-bit signals give a Logic, wider ones a LogicArray)."""
-    v = signal.value
-    return v.to_unsigned() if hasattr(v, "to_unsigned") else int(v)
+_u = sim_tb.unsigned
 
 
 def _bytemask(strb):
     return sum(0xFF << 8 * i for i in range(4) if strb >> i & 1)
 
 
-class StreamSink:
-    """Takes a ``lib.stream`` output with a ready pattern; checks valid/payload hold until the transfer."""
-
-    def __init__(self, tb, prefix, fields):
-        self.tb, self.fields = tb, fields
-        d = tb.dut
-        self.valid, self.ready = getattr(d, f"{prefix}__valid"), getattr(d, f"{prefix}__ready")
-        self.payload = getattr(d, f"{prefix}__payload")
-        self.items = collections.deque()
-        self.ready_p = 1.0
-        self.hold = False                       # ready held low
-        self.ready.value = 1
-
-    async def run(self):
-        waiting = None                          # payload offered but not taken at the last edge
-        rng = random.Random(self.tb.rng.randrange(1 << 30))
-        while True:
-            await self.tb.edge
-            v, r = int(self.valid.value), int(self.ready.value)
-            p = _u(self.payload)
-            if waiting is not None:
-                assert v and p == waiting, f"stream rule broken: valid {v}, payload {p:#x} after {waiting:#x}"
-            if v and r:
-                self.items.append(_unpack(self.fields, p))
-            waiting = p if v and not r else None
-            self.ready.value = int(not self.hold and (self.ready_p >= 1 or rng.random() < self.ready_p))
-
-
 class TB:
     def __init__(self, dut, name, *, axil=True):
         from rnic.hdl.regs import cq_doorbell_layout, doorbell_layout, inc_layout, qpc_cmd_layout
         self.dut = dut
-        base = int(os.environ.get("RNIC_SEED", "1"))
-        self.rng = random.Random(f"{base}-{name}")
-        dut._log.info("%s: seed %d (rerun with RNIC_SEED=%d)", name, base, base)
+        self.rng = random.Random(f"{sim_tb.seed(dut, what=name)}-{name}")
         self.edge = RisingEdge(dut.clk)
         self.use_axil = axil
         self.inc_fields = _fields(inc_layout)
@@ -117,12 +83,13 @@ class TB:
         self.regs = self.eng.regs
         self.regs.on_write = self._action
         self.want_db, self.want_cq, self.want_cmd = [], [], []   # actions in write order
-        self.db = StreamSink(self, "doorbell", _fields(doorbell_layout))
-        self.cq = StreamSink(self, "cq_doorbell", _fields(cq_doorbell_layout))
-        self.cmd = StreamSink(self, "qpc_cmd", _fields(qpc_cmd_layout))
+        self.db, self.cq, self.cmd = (sim_tb.StreamSink(dut, name, decode=lambda p, f=_fields(layout): _unpack(f, p))
+                                      for name, layout in (("doorbell", doorbell_layout),
+                                                           ("cq_doorbell", cq_doorbell_layout),
+                                                           ("qpc_cmd", qpc_cmd_layout)))
         self.cmd_busy = self.cmd_result = 0     # driven on qpc_cmd_busy / qpc_cmd_result
         self.idle = 1
-        cocotb.start_soon(Clock(dut.clk, 4, unit="ns").start())
+        sim_tb.start_clock(dut)
 
     async def reset(self):
         d = self.dut
@@ -137,12 +104,10 @@ class TB:
             from cocotbext.axi import AxiLiteBus, AxiLiteMaster
             logging.getLogger(f"cocotb.{d._name}.s_axil").setLevel(logging.WARNING)
             self.axil = AxiLiteMaster(AxiLiteBus.from_prefix(d, "s_axil", bus_separator="__"), d.clk, d.rst)
-        d.rst.value = 1
-        await ClockCycles(d.clk, 3)
-        d.rst.value = 0
-        await self.edge
+        await sim_tb.reset(d, 3)
         for sink in (self.db, self.cq, self.cmd):
-            cocotb.start_soon(sink.run())
+            sink.rng = random.Random(self.rng.randrange(1 << 30))
+            sink.start()
 
     # ---- the model --------------------------------------------------------------------------------------
     def _action(self, reg, value):
@@ -463,10 +428,7 @@ async def test_sgid_port(dut):
 
     # A reset zeroes the table (the block writes zeros for 16 clocks after it); a write issued right
     # after the reset waits for that and then lands.
-    dut.rst.value = 1
-    await ClockCycles(dut.clk, 3)
-    dut.rst.value = 0
-    await tb.edge
+    await sim_tb.reset(dut, 3)
     value = rng.randrange(1, 1 << 32)
     await tb.axil.write(REG["SGID5_GID2"].offset, value.to_bytes(4, "little"))
     for i in range(SGID_ENTRIES):

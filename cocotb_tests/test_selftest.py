@@ -12,8 +12,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import cocotb
-from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles
+
+from rnic.sim import tb as sim_tb
 
 try:
     import pytest
@@ -26,9 +27,7 @@ LIMIT = 400_000
 async def run_selftest(dut, inject: int) -> int:
     """Reset (which reruns the test), then wait for ``done``."""
     dut.inject.value = inject
-    dut.rst.value = 1
-    await ClockCycles(dut.clk, 4)
-    dut.rst.value = 0
+    await sim_tb.reset(dut, 4, after=0)
     clocks = 0
     while not int(dut.done.value):
         await ClockCycles(dut.clk, 100)
@@ -47,7 +46,7 @@ async def test_selftest_passes(dut):
     from rnic.sim.scenario import expected
 
     model = expected(selftest_workload(), RnicConfig.from_env())
-    cocotb.start_soon(Clock(dut.clk, 4, unit="ns").start())
+    sim_tb.start_clock(dut)
     await run_selftest(dut, 0)
     assert int(dut.fail_code.value) == Fail.NONE, f"fail_code {int(dut.fail_code.value)} info {int(dut.fail_info.value)}"
     assert int(dut.passed.value) == 1
@@ -61,7 +60,7 @@ async def test_selftest_passes(dut):
 async def test_selftest_checkers_fail(dut):
     from rnic.fpga.selftest import Fail
 
-    cocotb.start_soon(Clock(dut.clk, 4, unit="ns").start())
+    sim_tb.start_clock(dut)
     for bit, code in ((0, Fail.FRAME), (1, Fail.REGISTER), (2, Fail.MEMORY)):
         await run_selftest(dut, 1 << bit)
         assert int(dut.passed.value) == 0

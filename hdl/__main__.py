@@ -19,7 +19,7 @@ def main(argv: list[str] | None = None) -> int:
     add_config_arguments(v)
     args = parser.parse_args(argv)
     try:
-        from ..sim.toolchain import to_verilog
+        from .verilog import to_verilog
         from .rnic import Rnic
         text = to_verilog(Rnic(config_from_args(args)), args.name)
     except (ValueError, TypeError) as err:

@@ -31,6 +31,8 @@ Replacement: first invalid way of the set, else tree pseudo-LRU (``ways - 1`` bi
 The model is :class:`rnic.model.qpc.QpcCacheModel`; ``docs/qp-context.md`` has the full contract.
 """
 
+import types
+
 from amaranth import Array, Cat, Const, Module, Mux, Signal, unsigned
 from amaranth.hdl import Assert
 from amaranth.lib import data, enum, stream, wiring
@@ -44,41 +46,29 @@ from ..model.qpc import (ARG_WIDTH, CACHED_BITS, CACHED_BYTES, COUNTER_NAMES, CO
 from .bus import AXI4Signature
 from .prim import BLOCK_RAM, block_read, lut4, pairwise_eq
 
-__all__ = ["Op", "CtrlOp", "Status", "QpState", "record_layout", "cached_layout", "request_layout",
+__all__ = ["hw_enum", "Op", "CtrlOp", "Status", "QpState", "record_layout", "cached_layout", "request_layout",
            "response_layout", "ctrl_layout", "ack_layout", "counters_layout", "QpCache", "QpcCacheConfig"]
 
 
-class Op(enum.Enum, shape=3):
-    LOOKUP = _model.Op.LOOKUP
-    SET_PSN = _model.Op.SET_PSN
-    ADD_PSN = _model.Op.ADD_PSN
-    SET_SQ_CI = _model.Op.SET_SQ_CI
-    SET_ERROR = _model.Op.SET_ERROR
-    SET_EPSN = _model.Op.SET_EPSN
-    SET_SQ_PI = _model.Op.SET_SQ_PI
-    SET_RETRY = _model.Op.SET_RETRY
+def hw_enum(model_enum, shape=None):
+    """The Amaranth enum of the model's :class:`enum.IntEnum` ``model_enum``: the same name, members and
+    values, so the RTL and the golden model cannot drift apart. ``shape`` defaults to the fewest bits
+    that hold the largest value."""
+    shape = max(model_enum).bit_length() if shape is None else shape
+
+    def body(ns):
+        ns["__module__"] = __name__
+        ns["__doc__"] = model_enum.__doc__
+        for member in model_enum:
+            ns[member.name] = member.value
+    return types.new_class(model_enum.__name__, (enum.Enum,), {"shape": shape}, body)
 
 
-class CtrlOp(enum.Enum, shape=2):
-    MODIFY = _model.CtrlOp.MODIFY
-    INVALIDATE = _model.CtrlOp.INVALIDATE
-    FLUSH = _model.CtrlOp.FLUSH
-
-
-class Status(enum.Enum, shape=2):
-    OK = _model.Status.OK
-    BAD_QPN = _model.Status.BAD_QPN
-    BUS_ERROR = _model.Status.BUS_ERROR
-
-
-class QpState(enum.Enum, shape=4):
-    RESET = _model.QpState.RESET
-    INIT = _model.QpState.INIT
-    RTR = _model.QpState.RTR
-    RTS = _model.QpState.RTS
-    SQD = _model.QpState.SQD
-    SQE = _model.QpState.SQE
-    ERROR = _model.QpState.ERROR
+Op = hw_enum(_model.Op)
+CtrlOp = hw_enum(_model.CtrlOp)
+Status = hw_enum(_model.Status)
+#: as wide as the record's ``state`` field
+QpState = hw_enum(_model.QpState, shape=next(width for name, _, width in QPC_FIELDS if name == "state"))
 
 
 def _fields_layout(bits):

@@ -2,7 +2,7 @@
 
     python -m rnic.sim bench --out DIR [--widths 64,128] [--quick] [--seed N] [--parts efficiency,rate]
 
-One simulator launch per width runs the ``bench`` cocotb test of ``cocotb_tests/test_rnic.py``
+One simulator launch per width runs the ``bench`` cocotb test of :mod:`rnic.sim.bench_engine_tb`
 (:func:`rnic.sim.bench_engine.measure`): the test harness, with every run compared frame by frame
 with the golden model. Host memory answers every read burst a fixed number of clocks after its AR
 (bursts overlap); the frame sink is always ready. Figures (see docs/performance.md):

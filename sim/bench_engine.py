@@ -2,7 +2,7 @@
 
     python -m rnic.sim.bench_engine [--seed N] [--json out.json]
 
-Runs the ``bench`` cocotb test of ``cocotb_tests/test_rnic.py`` (the same harness and model
+Runs the ``bench`` cocotb test of :mod:`rnic.sim.bench_engine_tb` (the same harness and model
 comparison as the tests; every run is also checked against the model). Host memory answers every
 read burst a fixed number of clocks after its AR (bursts overlap); the frame sink is always ready.
 
@@ -23,15 +23,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 __all__ = ["PARTS", "ModelMismatch", "measure", "md_table", "markdown", "main"]
-
-_TESTS = Path(__file__).resolve().parents[1] / "cocotb_tests"
-
 
 PARTS = ("latency", "efficiency", "message", "rate", "fairness")
 
@@ -44,22 +40,20 @@ def measure(seed: int = 1, parts=PARTS, *, config=None, plan: list[dict] | None 
             log: Path | None = None, progress=None) -> dict:
     """Run the ``bench`` cocotb test in one simulator launch and return its results by part.
 
-    ``plan``: the measurements (dicts with ``part`` and the arguments of its ``_bench_*`` helper in
-    ``cocotb_tests/test_rnic.py``); without it, the default measurements of ``parts``. ``log``
+    ``plan``: the measurements (dicts with ``part`` and the arguments of its ``bench_*`` function in
+    :mod:`rnic.sim.bench_engine_tb`); without it, the default measurements of ``parts``. ``log``
     receives the simulator's output (default: stdout). ``progress(row)`` is called with each
     measurement's result (``part`` included) as it finishes. The result also holds ``build_s`` (the
     Verilator build or its cache check) and ``launch_s`` (the simulator launch), in wall seconds.
     Raises :class:`ModelMismatch` if the RTL differs from the model, RuntimeError on other failures.
     ``config``: the engine (:class:`rnic.model.config.RnicConfig`; default ``$RNIC_CONFIG``).
     """
-    if str(_TESTS) not in sys.path:
-        sys.path.insert(0, str(_TESTS))
-    import test_rnic
-    from rnic.sim.toolchain import run_watched
+    from .bench_engine_tb import build_rnic
+    from .toolchain import run_watched
+    from ..model.config import RnicConfig
     t0 = time.perf_counter()
-    from rnic.model.config import RnicConfig
     config = RnicConfig.from_env() if config is None else config
-    b = test_rnic.build_rnic(config)
+    b = build_rnic(config)
     build_s = time.perf_counter() - t0
     with tempfile.TemporaryDirectory() as tmp:
         out, lines, job = Path(tmp) / "bench.json", Path(tmp) / "progress.jsonl", Path(tmp) / "plan.json"
@@ -79,8 +73,8 @@ def measure(seed: int = 1, parts=PARTS, *, config=None, plan: list[dict] | None 
                 seen = len(done)
 
         t0 = time.perf_counter()
-        tests, fails, error = run_watched(b, "test_rnic", poll=report, seed=seed, testcase="bench", extra_env=env,
-                                          test_dir=_TESTS, log_file=log, quiet=log is not None)
+        tests, fails, error = run_watched(b, "rnic.sim.bench_engine_tb", poll=report, seed=seed, testcase="bench", extra_env=env,
+                                          log_file=log, quiet=log is not None)
         launch_s = time.perf_counter() - t0
         r = json.loads(out.read_text()) if out.exists() else {}
     if "error" in r:

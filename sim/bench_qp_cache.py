@@ -2,8 +2,8 @@
 
     python -m rnic.sim.bench_qp_cache [--entries 16] [--ways 4] [--seed N] [--synth] [--json out.json]
 
-The measurements run on Verilator through the ``bench`` cocotb test of ``cocotb_tests/test_qp_cache.py``
-(same harness as the tests: AxiRam host memory with a fixed latency, the request source always valid
+The measurements run on Verilator through the ``bench`` cocotb test of :mod:`rnic.sim.qp_cache_tb`
+(the tests' harness: AxiRam host memory with a fixed latency, the request source always valid
 and the response sink always ready):
 
 * 100 % hits: 2000 back-to-back lookups of QPs that are all cached;
@@ -18,34 +18,22 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 from pathlib import Path
 
 __all__ = ["measure", "synth", "main"]
 
-_TESTS = Path(__file__).resolve().parents[1] / "cocotb_tests"
-
-
-def _test_module():
-    if str(_TESTS) not in sys.path:
-        sys.path.insert(0, str(_TESTS))
-    import test_qp_cache
-    return test_qp_cache
-
-
 def measure(entries=None, ways=None, seed=1) -> dict:
-    """Run the ``bench`` cocotb test on a ``entries``/``ways`` build (default: RnicConfig's cache);
-    return its measurements."""
+    """Run the ``bench`` cocotb test of :mod:`rnic.sim.qp_cache_tb` on an ``entries``/``ways`` build
+    (default: RnicConfig's cache); return its measurements."""
     from rnic.model.config import RnicConfig
-    t = _test_module()
+    from .qp_cache_tb import run_qp_cache
     default = RnicConfig().qpc
-    entries, ways = entries or default.entries, ways or default.ways
-    key = f"qpc-e{entries}-w{ways}"
-    t.CONFIGS.setdefault(key, RnicConfig().replace(qpc={"entries": entries, "ways": ways}))
+    config = RnicConfig().replace(qpc={"entries": entries or default.entries, "ways": ways or default.ways})
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "bench.json"
-        tests, fails = t.run_config(key, {"QPC_BENCH": str(out)}, testcase="bench", seed=seed)
+        tests, fails = run_qp_cache(config, "rnic.sim.qp_cache_tb", {"QPC_BENCH": str(out)},
+                                    testcase="bench", seed=seed)
         if fails or not out.exists():
             raise RuntimeError(f"benchmark simulation failed ({fails} of {tests})")
         return json.loads(out.read_text())

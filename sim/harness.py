@@ -10,7 +10,6 @@ import random
 from dataclasses import dataclass, field
 
 import cocotb
-from cocotb.clock import Clock
 from cocotb.queue import Queue
 from cocotb.triggers import ClockCycles, RisingEdge
 from cocotb.utils import get_sim_time
@@ -18,11 +17,13 @@ from cocotb.utils import get_sim_time
 from ..model.config import RnicConfig
 from ..model.engine import EngineModel, HostMemory
 from ..model.regs import QPC_COUNTERS, REG
+from . import tb as _tb
 from .scenario import CHECKED_REGS, MEM_SIZE, compare, expected
+from .tb import set_pause
 
 __all__ = ["CLOCK_NS", "clock_now", "HostRam", "TB", "RunResult", "FrameClock"]
 
-CLOCK_NS = 4
+CLOCK_NS = _tb.CLK_NS
 
 
 @dataclass
@@ -39,18 +40,6 @@ class RunResult:
 def clock_now() -> int:
     """The current clock cycle (simulation time / clock period)."""
     return int(get_sim_time(unit="ns")) // CLOCK_NS
-
-
-def set_pause(port, prob: float, rng: random.Random) -> None:
-    """Random pauses with probability ``prob`` on a cocotbext-axi stream or AXI channel, from a
-    generator seeded by ``rng``; ``prob`` 0 stops them. (``clear_pause_generator`` alone leaves the
-    port paused if its last value was a pause.)"""
-    if prob:
-        r = random.Random(rng.randrange(1 << 30))
-        port.set_pause_generator(iter(lambda: r.random() < prob, None))
-    else:
-        port.clear_pause_generator()
-        port.pause = False
 
 
 class HostRam:
@@ -129,7 +118,7 @@ class TB:
         assert self.width == self.config.width, (
             f"the DUT's frame port is {self.width} bits, $RNIC_CONFIG says width {self.config.width}")
         self.reseed(seed)
-        cocotb.start_soon(Clock(dut.clk, CLOCK_NS, unit="ns").start())
+        _tb.start_clock(dut, CLOCK_NS)
         for name in ("s_axil", "m_axis"):
             logging.getLogger(f"cocotb.{dut._name}.{name}").setLevel(logging.WARNING)
         self.axil = AxiLiteMaster(AxiLiteBus.from_prefix(dut, "s_axil", bus_separator="__"), dut.clk, dut.rst)
@@ -142,10 +131,7 @@ class TB:
         self.dut._log.info("seed %d (rerun with RNIC_SEED=%d)", seed, seed)
 
     async def reset(self):
-        self.dut.rst.value = 1
-        await ClockCycles(self.dut.clk, 4)
-        self.dut.rst.value = 0
-        await ClockCycles(self.dut.clk, 2)
+        await _tb.reset(self.dut, 4, after=2)
 
     def backpressure(self, p: float):
         set_pause(self.sink, p, self.rng)

@@ -25,7 +25,9 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["setup_verilator_env", "build_root", "build_dir_for", "to_verilog", "Build", "build", "run", "run_watched",
+from ..hdl.verilog import to_verilog
+
+__all__ = ["setup_verilator_env", "build_root", "build_dir_for", "Build", "build", "run", "run_watched",
            "seed_from_env"]
 
 _ENV_DONE = False
@@ -54,14 +56,6 @@ def setup_verilator_env() -> Path:
 def build_root() -> Path:
     """Where Verilator builds live: ``$RNIC_BUILD_DIR`` or ``./build/sim``."""
     return Path(os.environ.get("RNIC_BUILD_DIR", Path.cwd() / "build" / "sim")).resolve()
-
-
-def to_verilog(component, name: str) -> str:
-    """Convert an Amaranth component to Verilog with the bundled yosys."""
-    os.environ.setdefault("AMARANTH_USE_YOSYS", "builtin")
-    from amaranth.back import verilog
-
-    return verilog.convert(component, name=name, emit_src=False)
 
 
 @dataclass(frozen=True)

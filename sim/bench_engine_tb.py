@@ -1,0 +1,237 @@
+"""The simulator side of the engine benchmark (:mod:`rnic.sim.bench_engine`, ``python -m rnic.sim bench``).
+
+The ``bench`` cocotb test runs the measurements of ``RNIC_BENCH_PLAN`` (a JSON list of
+``{"part": ..., arguments of its bench_* function}``) or, without it, the default measurements of the
+parts in ``RNIC_BENCH_PARTS``, on the test harness (:class:`rnic.sim.harness.TB`: every run is
+compared with the golden model), and writes the results to ``RNIC_BENCH``. ``RNIC_BENCH_PROGRESS``: a
+file that gets one JSON line per finished measurement. ``cocotb_tests/test_rnic.py`` builds its
+model with :func:`build_rnic` and checks read efficiency floors with :func:`bench_efficiency`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import cocotb
+from cocotb.triggers import ClockCycles, RisingEdge
+
+from ..model.config import RnicConfig
+from ..model.descriptor import LinkMode
+from ..model.qpc import COUNTER_NAMES, PathMtu
+from ..model.regs import REG
+from ..model.wqe import WqeFlags, WqeOpcode
+from .harness import TB, FrameClock, clock_now
+from .rtl import rtl_key
+from .scenario import WorkloadBuilder
+from .toolchain import build, seed_from_env
+
+__all__ = ["build_rnic", "bench_efficiency", "bench_rate", "bench_latency", "bench_fairness", "BENCH_PARTS",
+           "default_plan", "bench"]
+
+
+def build_rnic(config: RnicConfig):
+    """The engine of ``config`` on Verilator (cached build, one per configuration: ``config.key()``)."""
+    from ..hdl.rnic import Rnic
+    return build(lambda: Rnic(config), "rnic", rtl_key(config))
+
+
+def _beat_bytes(tb) -> int:
+    return len(tb.dut.m_axis__tdata) // 8
+
+
+def _qpc_counters(tb) -> dict:
+    """The QP context cache's counters (registers QPC_LOOKUPS ..) as the last run read them."""
+    return {name: tb.regs.get(f"QPC_{name.upper()}") for name in COUNTER_NAMES}
+
+
+async def _sends(tb, qps, size, mtu, messages, mem_latency, quota):
+    """Unsignaled RoCEv2 SENDs of ``size`` bytes posted round robin over ``qps`` QPs, every doorbell
+    before ENABLE, host memory answering ``mem_latency`` clocks after each AR, sink always ready.
+    Returns the frame sizes in wire order and the :class:`FrameClock`."""
+    b = WorkloadBuilder(qps, rng=tb.rng, quota=quota)
+    for q in range(qps):
+        b.cq(q)
+        b.qp(q, mtu=PathMtu.of_bytes(mtu), mode=LinkMode.ROCEV2_IPV4, sgid_index=0)
+    for k in range(messages):
+        b.post(k % qps, WqeOpcode.SEND, size, flags=WqeFlags(0))
+    watch = FrameClock(tb.dut)
+    model = await tb.run(b.build(), fixed_latency=mem_latency)
+    return [len(p.frame()) for p in model.packets], watch
+
+
+def _span(tb, sizes, watch, first=0):
+    """Wire bytes and ideal beats of frames ``first``.., and the clocks from frame ``first``'s first
+    beat to the last beat (both included)."""
+    beat = _beat_bytes(tb)
+    clocks = watch.beats[-1] - watch.starts[first] + 1
+    return sum(sizes[first:]), sum(-(-n // beat) for n in sizes[first:]), clocks
+
+
+async def bench_efficiency(tb, qps, size, mtu, messages, mem_latency, quota=16):
+    """Unsignaled SENDs of ``size`` bytes, round robin over ``qps`` QPs; sink always ready.
+    Efficiency = ideal beats (ceil(frame bytes / bytes per beat)) / clocks from the first beat to the
+    last. A frame leaves only once its payload has arrived; ``idle_after_first_frame`` counts the idle
+    clocks from the second frame's first beat on, ``frame_gaps`` the clocks inside frames without a
+    beat (0: store and forward)."""
+    sizes, watch = await _sends(tb, qps, size, mtu, messages, mem_latency, quota)
+    wire, ideal, span = _span(tb, sizes, watch)
+    later = [t for t in watch.beats if t >= watch.starts[1]] if len(watch.starts) > 1 else []
+    idle_later = later[-1] - later[0] + 1 - len(later) if later else 0
+    return {"qps": qps, "size": size, "mtu": mtu, "quota": quota, "messages": messages, "mem_latency": mem_latency,
+            "frames": len(sizes), "wire_bytes": wire, "ideal_beats": ideal, "clocks": span,
+            "efficiency": round(ideal / span, 4), "bytes_per_clock": round(wire / span, 3),
+            "idle_after_first_frame": idle_later, "frame_gaps": len(watch.gaps), **watch.read_channel(mem_latency)}
+
+
+async def bench_rate(tb, qps, messages, mem_latency, quota=1, size=64, mtu=4096):
+    """Message rate: ``messages`` SENDs of ``size`` bytes round robin over ``qps`` QPs, ``quota``
+    packets per scheduler turn (1: every message is a turn with its own QP context lookup). The
+    first round (one message per QP, the cache's cold misses) is warm-up: rate and efficiency count
+    from the first beat of the second round to the last beat. ``qpc_*``: the cache's counters over
+    the whole run."""
+    sizes, watch = await _sends(tb, qps, size, mtu, messages, mem_latency, quota)
+    warmup = qps if len(sizes) > qps else 0
+    wire, ideal, span = _span(tb, sizes, watch, warmup)
+    counters = _qpc_counters(tb)
+    return {"qps": qps, "size": size, "mtu": mtu, "quota": quota, "messages": messages, "mem_latency": mem_latency,
+            "warmup_frames": warmup, "frames": len(sizes) - warmup, "wire_bytes": wire, "ideal_beats": ideal,
+            "clocks": span, "msgs_per_kclk": round(1000 * (len(sizes) - warmup) / span, 2),
+            "efficiency": round(ideal / span, 4), "bytes_per_clock": round(wire / span, 3),
+            **{f"qpc_{k}": counters.get(k) for k in ("lookups", "hits", "misses")}, "frame_gaps": len(watch.gaps),
+            **watch.read_channel(mem_latency, warmup)}
+
+
+async def bench_latency(tb, mem_latency):
+    """Doorbell (the DB_SQ_PI write's W handshake) to the first and to the last frame beat, for a QP
+    whose context is not cached (first doorbell after reset) and for the same QP again (cached)."""
+    dut = tb.dut
+    b = WorkloadBuilder(1, rng=tb.rng)
+    b.cq(0)
+    b.qp(0, mtu=PathMtu.MTU_1024, sgid_index=0)
+    b.post(0, WqeOpcode.SEND, 64, flags=WqeFlags(0))
+    b.post(0, WqeOpcode.SEND, 64, flags=WqeFlags(0))
+    w = b.build(doorbells=[])
+    tb.ram.load(w.mem, fixed_latency=mem_latency)
+    tb.backpressure(0)
+    await tb.reset()
+    for offset, value in w.writes:                     # configuration, ENABLE = 1
+        await tb.axil.write_dword(offset, value)
+    while not (await tb.read_reg("STATUS")) & 1:       # the engine's clear after reset is not timed
+        await ClockCycles(dut.clk, 10)
+    watch = FrameClock(dut)
+    out = {"mem_latency": mem_latency}
+    for name, pi in (("miss", 1), ("hit", 2)):
+        await tb.axil.write_dword(REG["DB_QPN"].offset, 0)
+        t0 = clock_now()
+        await tb.axil.write_dword(REG["DB_SQ_PI"].offset, pi)
+        while len(watch.starts) < pi:
+            await RisingEdge(dut.clk)
+        out[f"doorbell_to_first_byte_{name}"] = watch.starts[-1] - t0
+        while len(watch.ends) < pi:
+            await RisingEdge(dut.clk)
+        out[f"doorbell_to_last_byte_{name}"] = watch.ends[-1] - t0
+        while not (await tb.read_reg("STATUS")) & 1:
+            await ClockCycles(dut.clk, 10)
+    return out
+
+
+async def bench_fairness(tb, qps, quota, mem_latency, long_len=65536, short_len=1024, shorts=64):
+    """QP 0 posts one ``long_len`` SEND, QPs 1.. post ``shorts`` SENDs of ``short_len`` each, all
+    before ENABLE; MTU 1024, sink always ready. Over the span in which every QP still has work
+    (first frame to the frame that finishes the first QP to run dry): the largest lead in packets of
+    one QP over another at any point (round robin bounds it by the quota), Jain's index over the
+    QPs' wire bytes up to the last round boundary in the span (1 = equal shares), and the longest
+    run of other QPs' packets between two packets of one QP (bounded by (QPs - 1) x quota)."""
+    b = WorkloadBuilder(qps, rng=tb.rng, quota=quota)
+    for q in range(qps):
+        b.cq(q)
+        b.qp(q, mtu=PathMtu.MTU_1024, mode=LinkMode.ROCEV2_IPV4, sgid_index=0)
+    b.post(0, WqeOpcode.SEND, long_len, flags=WqeFlags(0))
+    for k in range(shorts):
+        for q in range(1, qps):
+            b.post(q, WqeOpcode.SEND, short_len, flags=WqeFlags(0))
+    w = b.build()
+    watch = FrameClock(tb.dut)
+    model = await tb.run(w, fixed_latency=mem_latency)
+    order = [p.qpn for p in model.packets]             # the RTL's frame order is the model's (checked)
+    last_of = {q: max(i for i, x in enumerate(order) if x == q) for q in set(order)}
+    span = order[:min(last_of.values()) + 1]           # every QP has work until the first runs dry
+    counts, lead, rounds = [0] * qps, 0, 0
+    for i, q in enumerate(span):
+        counts[q] += 1
+        lead = max(lead, max(counts) - min(counts))
+        if len(set(counts)) == 1:
+            rounds = i + 1                              # a round boundary: every QP has sent as many
+    shares = [sum(len(model.packets[i].frame()) for i, x in enumerate(span[:rounds]) if x == q)
+              for q in range(qps)]
+    jain = sum(shares) ** 2 / (qps * sum(x * x for x in shares)) if rounds else 0.0
+    worst = 0
+    for q in range(qps):
+        idx = [i for i, x in enumerate(span) if x == q]
+        worst = max([worst] + [b2 - a - 1 for a, b2 in zip(idx, idx[1:])])
+    return {"qps": qps, "quota": quota, "mtu": 1024, "mem_latency": mem_latency, "long_len": long_len,
+            "short_len": short_len, "shorts": shorts,
+            "frames_in_span": len(span), "clocks_in_span": watch.ends[len(span) - 1] - watch.starts[0] + 1,
+            "jain": round(jain, 4), "frames_in_rounds": rounds, "max_lead_packets": lead,
+            "max_wait_packets": worst,
+            "bound_wait_packets": (qps - 1) * quota}
+
+
+BENCH_PARTS = {"latency": bench_latency, "efficiency": bench_efficiency, "message": bench_efficiency,
+               "rate": bench_rate, "fairness": bench_fairness}
+
+
+def default_plan(parts):
+    """The measurements of ``python -m rnic.sim.bench_engine`` for ``parts``."""
+    plan = []
+    if "latency" in parts:
+        plan += [{"part": "latency", "mem_latency": lat} for lat in (1, 50, 500)]
+    if "efficiency" in parts:
+        plan += [{"part": "efficiency", "qps": qps, "size": size, "mtu": mtu, "messages": messages, "mem_latency": lat}
+                 for lat in (1, 50, 500) for qps in (1, 16)
+                 for size, mtu, messages in ((64, 1024, 64), (4096, 4096, 16), (4096, 1024, 16))]
+    if "message" in parts:
+        plan += [{"part": "message", "qps": 1, "size": 65536, "mtu": mtu, "messages": 1, "mem_latency": lat}
+                 for lat in (1, 50, 500) for mtu in (256, 1024, 4096)]
+    if "rate" in parts:
+        plan += [{"part": "rate", "qps": 16, "quota": quota, "messages": messages, "mem_latency": 50}
+                 for quota, messages in ((1, 240), (16, 1024))]
+    if "fairness" in parts:
+        plan += [{"part": "fairness", "qps": qps, "quota": quota, "mem_latency": 50, "shorts": 64 if qps == 4 else 8}
+                 for qps, quota in ((4, 1), (4, 4), (4, 16), (16, 4))]
+    return plan
+
+
+@cocotb.test()
+async def bench(dut):
+    """Runs the measurements of RNIC_BENCH_PLAN (or RNIC_BENCH_PARTS) in order and writes the results,
+    each with the clocks it simulated and its wall time, to RNIC_BENCH. On a failure (the RTL differs
+    from the model, a timeout) the results so far and the error are written before it is raised."""
+    import time
+    tb = TB(dut, seed_from_env(1))
+    if os.environ.get("RNIC_BENCH_PLAN"):
+        plan = json.loads(Path(os.environ["RNIC_BENCH_PLAN"]).read_text())
+    else:
+        plan = default_plan(os.environ.get("RNIC_BENCH_PARTS", "latency,efficiency,message,rate,fairness").split(","))
+    progress = os.environ.get("RNIC_BENCH_PROGRESS")
+    results = {"width": len(dut.m_axis__tdata)} | {x["part"]: [] for x in plan}
+    try:
+        for x in plan:
+            args = {k: v for k, v in x.items() if k != "part"}
+            t0, c0 = time.perf_counter(), clock_now()
+            try:
+                r = await BENCH_PARTS[x["part"]](tb, **args)
+            except Exception as err:
+                message = str(err).split("\nassert ", 1)[0]     # without the rewritten assert's dump
+                results["error"] = {"kind": type(err).__name__, "item": x, "message": message}
+                raise
+            r |= {"sim_clocks": clock_now() - c0, "wall_s": round(time.perf_counter() - t0, 3)}
+            results[x["part"]].append(r)
+            if progress:
+                with open(progress, "a") as f:
+                    f.write(json.dumps({"part": x["part"], **r}) + "\n")
+    finally:
+        results["total_clocks"] = clock_now()
+        Path(os.environ["RNIC_BENCH"]).write_text(json.dumps(results, indent=1))
