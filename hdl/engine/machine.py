@@ -26,7 +26,8 @@ def has_work(qp):
 
 
 class ControlBase:
-    """The registers of the control FSM and the helpers its states use.
+    """The registers of the control FSM, the conditions Send-Loop and the prefetcher decide on
+    (:meth:`decisions`), and the helpers its states use.
 
     ``engine`` is the :class:`DescriptorEngine` (its ports), ``m`` the module being elaborated;
     ``ready`` (:class:`.ready_list.ReadyList`), ``fetch`` (:class:`.wqe_fetch.WqeFetch`), ``cqw``
