@@ -33,7 +33,8 @@ from .wqe import (CQ_RECORD_BYTES, CQE_BYTES, MAX_MESSAGE, WQE_BYTES, Cqe, CqCon
                   WqeFlags, WqeOpcode, inline_capacity)
 
 __all__ = ["HostMemory", "ERROR_ALIGN", "PAGE", "sq_slot", "split_bursts", "SgidEntry", "RegisterSettings", "TxPacket",
-           "CqeWrite", "IrqEvent", "EngineModel", "Driver", "bth_opcode", "PSN_MASK", "MAX_LOG_RING"]
+           "CqeWrite", "IrqEvent", "EngineModel", "Driver", "bth_opcode", "PSN_MASK", "MAX_LOG_RING",
+           "BTH_BASE", "SEND_OPS", "IMM_OPS", "ALLOWED_OPS"]
 
 PAGE = 4096
 ERROR_ALIGN = 64            # injected bus-error ranges are aligned to the widest data bus (bytes)
@@ -206,20 +207,23 @@ class IrqEvent:
     cqes: int
 
 
-_BASE = {ServiceType.RC: 0x00, ServiceType.UC: 0x20, ServiceType.UD: 0x60}
-_SEND_OPS = {WqeOpcode.SEND, WqeOpcode.SEND_WITH_IMM}
-_WRITE_OPS = {WqeOpcode.RDMA_WRITE, WqeOpcode.RDMA_WRITE_WITH_IMM}
-_IMM_OPS = {WqeOpcode.SEND_WITH_IMM, WqeOpcode.RDMA_WRITE_WITH_IMM}
-_ALLOWED = {ServiceType.RC: _SEND_OPS | _WRITE_OPS | {WqeOpcode.RDMA_READ},
-            ServiceType.UC: _SEND_OPS | _WRITE_OPS, ServiceType.UD: _SEND_OPS}
+#: The BTH opcode of a service's first SEND packet (``transport << 5``): the base of its opcodes.
+BTH_BASE = {ServiceType.RC: 0x00, ServiceType.UC: 0x20, ServiceType.UD: 0x60}
+SEND_OPS = frozenset({WqeOpcode.SEND, WqeOpcode.SEND_WITH_IMM})
+_WRITE_OPS = frozenset({WqeOpcode.RDMA_WRITE, WqeOpcode.RDMA_WRITE_WITH_IMM})
+#: WQE opcodes whose last packet carries immediate data.
+IMM_OPS = frozenset({WqeOpcode.SEND_WITH_IMM, WqeOpcode.RDMA_WRITE_WITH_IMM})
+#: The WQE opcodes each service accepts (any other one completes with LOC_QP_OP_ERR).
+ALLOWED_OPS = {ServiceType.RC: SEND_OPS | _WRITE_OPS | {WqeOpcode.RDMA_READ},
+               ServiceType.UC: SEND_OPS | _WRITE_OPS, ServiceType.UD: SEND_OPS}
 
 
 def bth_opcode(service: int, op: int, first: bool, last: bool) -> Opcode:
     """The BTH opcode of one packet of a ``op`` message on a ``service`` QP."""
     if op == WqeOpcode.RDMA_READ:
         return Opcode.RC_RDMA_READ_REQUEST
-    low = 0x00 if op in _SEND_OPS else 0x06
-    imm = op in _IMM_OPS
+    low = 0x00 if op in SEND_OPS else 0x06
+    imm = op in IMM_OPS
     if first and last:
         low += 5 if imm else 4
     elif first:
@@ -228,7 +232,7 @@ def bth_opcode(service: int, op: int, first: bool, last: bool) -> Opcode:
         low += 3 if imm else 2
     else:
         low += 1
-    return Opcode(_BASE[ServiceType(service)] | low)
+    return Opcode(BTH_BASE[ServiceType(service)] | low)
 
 
 @dataclass
@@ -552,7 +556,7 @@ class EngineModel:
                 and ctx.sgid_index < SGID_ENTRIES and ctx.path_mtu <= self.max_mtu):
             return CqeStatus.LOC_QP_OP_ERR
         inline = wqe.flags & WqeFlags.INLINE
-        if wqe.opcode not in _ALLOWED[ServiceType(ctx.service)] or (inline and wqe.opcode == WqeOpcode.RDMA_READ):
+        if wqe.opcode not in ALLOWED_OPS[ServiceType(ctx.service)] or (inline and wqe.opcode == WqeOpcode.RDMA_READ):
             return CqeStatus.LOC_QP_OP_ERR
         if wqe.length > MAX_MESSAGE or (inline and wqe.length > inline_capacity(self._sq_ud(ctx))):
             return CqeStatus.LOC_LEN_ERR
@@ -621,7 +625,7 @@ class EngineModel:
         sg = self._sgid(ctx.sgid_index)
         has_reth = wqe.opcode == WqeOpcode.RDMA_READ or (wqe.opcode in _WRITE_OPS and first)
         solicited = bool(wqe.flags & WqeFlags.SOLICITED) and last and (
-            wqe.opcode in _SEND_OPS or wqe.opcode == WqeOpcode.RDMA_WRITE_WITH_IMM)
+            wqe.opcode in SEND_OPS or wqe.opcode == WqeOpcode.RDMA_WRITE_WITH_IMM)
         desc = PacketDesc(
             mode=ctx.link_mode, payload_len=len(payload),
             dst_mac=wqe.dst_mac if ud else ctx.dst_mac, src_mac=sg.mac,
@@ -634,7 +638,7 @@ class EngineModel:
             ackreq=int(last), psn=ctx.next_psn,
             reth_va=wqe.remote_addr if has_reth else 0, reth_rkey=wqe.rkey if has_reth else 0,
             reth_dma_len=wqe.length if has_reth else 0,
-            imm=wqe.imm if last and wqe.opcode in _IMM_OPS else 0,
+            imm=wqe.imm if last and wqe.opcode in IMM_OPS else 0,
             deth_qkey=(ctx.qkey if wqe.qkey >> 31 else wqe.qkey) if ud else 0, deth_src_qp=entry.qpn if ud else 0,
         )
         self.packets.append(TxPacket(entry.qpn, normalize_desc(desc), bytes(payload)))
