@@ -41,6 +41,7 @@ READER_SPAN = 128 * 1024            # reader commands read [BASE, BASE + READER_
 S_BASE = {1: BASE + (1 << 20), 2: BASE + (2 << 20)}  # regions of masters s1, s2 (1 MiB each)
 WINDOW = 1024
 CMD_DEPTH = 32                      # the reader's cmd_depth (statuses owed) in the test top
+READER_MAX_PAYLOAD, READER_FIFO_DEPTH = 4096, 512   # the test top's reader: the largest payload, a 512-beat queue
 RID_SHIFT = 4                       # m_axi ID = Cat(master ID (4 bits), master index)
 
 
@@ -594,7 +595,7 @@ def dma_test_top(data_width=64):
 
         def elaborate(self, platform):
             m = Module()
-            m.submodules.reader = reader = PayloadReader(cmd_depth=CMD_DEPTH, data_width=data_width)
+            m.submodules.reader = reader = PayloadReader(READER_MAX_PAYLOAD, READER_FIFO_DEPTH, cmd_depth=CMD_DEPTH, data_width=data_width)
             m.submodules.ic = ic = AxiInterconnect(3, data_width=data_width)
             wiring.connect(m, wiring.flipped(self.cmd), reader.cmd)
             wiring.connect(m, reader.payload, wiring.flipped(self.payload))
@@ -642,23 +643,23 @@ if pytest is not None:
         from rnic.hdl.dma import AxiInterconnect, PayloadReader
         from rnic.hdl.verilog import to_verilog
         for n in (1, 2, 5):
-            ic = AxiInterconnect(n, id_width=2)
+            ic = AxiInterconnect(n, id_width=2, data_width=64)
             assert len(ic.m_axi.arid) == 2 + (n - 1).bit_length()
             to_verilog(ic, f"ic{n}")
-        to_verilog(PayloadReader(max_payload=1024, fifo_depth=256, cmd_depth=4, inline_depth=2), "pr")
+        to_verilog(PayloadReader(max_payload=1024, fifo_depth=256, cmd_depth=4, inline_depth=2, data_width=64), "pr")
         for w in (128, 256, 512):
             ic = AxiInterconnect(3, data_width=w)
             assert len(ic.m_axi.rdata) == len(ic.s2.wdata) == w and len(ic.m_axi.wstrb) == w // 8
             to_verilog(ic, f"ic_w{w}")
-            pr = PayloadReader(data_width=w)
+            pr = PayloadReader(READER_MAX_PAYLOAD, READER_FIFO_DEPTH, data_width=w)
             assert len(pr.m_axi.rdata) == len(pr.payload.payload.data) == w
             assert len(pr.payload.payload.keep) == w // 8
             to_verilog(pr, f"pr_w{w}")
-        for bad in (lambda: AxiInterconnect(0), lambda: AxiInterconnect(2, id_width=0),
-                    lambda: PayloadReader(fifo_depth=128), lambda: PayloadReader(max_payload=8192),
+        for bad in (lambda: AxiInterconnect(0, data_width=64), lambda: AxiInterconnect(2, id_width=0, data_width=64),
+                    lambda: PayloadReader(4096, 128, data_width=64), lambda: PayloadReader(8192, 512, data_width=64),
                     lambda: AxiInterconnect(2, data_width=32), lambda: AxiInterconnect(2, data_width=96),
-                    lambda: AxiInterconnect(2, data_width=2048), lambda: PayloadReader(data_width=32),
-                    lambda: PayloadReader(data_width=96), lambda: PayloadReader(data_width=1024)):
+                    lambda: AxiInterconnect(2, data_width=2048), lambda: PayloadReader(4096, 512, data_width=32),
+                    lambda: PayloadReader(4096, 512, data_width=96), lambda: PayloadReader(4096, 512, data_width=1024)):
             with pytest.raises(ValueError):
                 bad()
 

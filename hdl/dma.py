@@ -119,7 +119,7 @@ class AxiInterconnect(wiring.Component):
         ``AXI_BW_CAP``: data beats per window, 0 = unlimited. Change only while the bus is idle.
     """
 
-    def __init__(self, n, id_width=4, *, w_order_depth=4, data_width=64, urgent=()):
+    def __init__(self, n, id_width=4, *, data_width, w_order_depth=4, urgent=()):
         if not isinstance(n, int) or n < 1:
             raise ValueError(f"n must be a positive integer, not {n!r}")
         if not isinstance(id_width, int) or id_width < 1:
@@ -360,7 +360,7 @@ class PayloadReader(wiring.Component):
         one clock after the command's last R beat, whether or not its payload has been taken.
     """
 
-    def __init__(self, max_payload=4096, fifo_depth=512, *, cmd_depth=32, inline_depth=4, data_width=64):
+    def __init__(self, max_payload, fifo_depth, *, data_width, cmd_depth=32, inline_depth=4):
         if not isinstance(max_payload, int) or not 1 <= max_payload < 1 << 13:
             raise ValueError(f"max_payload must be 1..8191 (the 13-bit len field), not {max_payload!r}")
         if not isinstance(fifo_depth, int) or fifo_depth < 256:

@@ -165,7 +165,7 @@ class QpCache(wiring.Component):
         Free-running 32-bit counters: lookups, hits, misses, evictions, writebacks, errors.
     """
 
-    def __init__(self, cfg: QpcCacheConfig = QpcCacheConfig()):
+    def __init__(self, cfg: QpcCacheConfig):
         if not isinstance(cfg, QpcCacheConfig):
             raise TypeError(f"cfg must be a QpcCacheConfig, not {cfg!r}")
         self.cfg = cfg

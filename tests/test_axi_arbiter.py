@@ -61,7 +61,7 @@ class ArbiterModel:
 
 
 def _run(n, urgent, clocks, rng, p_valid, p_ready):
-    dut = AxiInterconnect(n, urgent=urgent)
+    dut = AxiInterconnect(n, data_width=64, urgent=urgent)
     model = ArbiterModel(n, urgent)
     sim = Simulator(dut)
     sim.add_clock(1e-8)
@@ -125,4 +125,4 @@ def test_urgent_first():
 def test_urgent_refused():
     for bad in ((3,), (-1,), ("1",)):
         with pytest.raises(ValueError):
-            AxiInterconnect(3, urgent=bad)
+            AxiInterconnect(3, data_width=64, urgent=bad)

@@ -177,9 +177,11 @@ class DescriptorEngine(wiring.Component):
         To the register block; ``err`` and ``inc`` a clock after the event (flip-flops).
     """
 
-    def __init__(self, cache_cfg: QpcCacheConfig | None = None, *, max_qps: int = 256, window: int = 16,
-                 max_mtu: int = 5, wqe_prefetch: int = 4, deep_below: int = 512, wqe_width: int = 64):
-        self.cache_cfg = cache_cfg = cache_cfg or QpcCacheConfig()
+    def __init__(self, cache_cfg: QpcCacheConfig, *, max_qps: int, window: int, max_mtu: int,
+                 wqe_prefetch: int, deep_below: int, wqe_width: int):
+        if not isinstance(cache_cfg, QpcCacheConfig):
+            raise TypeError(f"cache_cfg must be a QpcCacheConfig, not {cache_cfg!r}")
+        self.cache_cfg = cache_cfg
         exact_log2(max_qps)
         if not 2 <= window <= 64:
             raise ValueError(f"window must be 2..64, not {window!r}")

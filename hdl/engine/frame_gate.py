@@ -44,7 +44,7 @@ class FrameGate(wiring.Component):
         (``valid`` low to the sink, ``ready`` low to the source) until its abort flag is queued.
     """
 
-    def __init__(self, window: int = 16, depth: int = 32, *, width: int = 64):
+    def __init__(self, window: int, depth: int, *, width: int):
         self.window, self.depth, self.width = window, depth, width
         super().__init__({
             "rd_status": In(stream.Signature(status_layout)),
