@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from ..model.descriptor import LinkMode
 from ..model.config import RnicConfig
-from ..model.engine import Driver, EngineModel, HostMemory, RegisterSettings, SgidEntry
+from ..model.engine import ALLOWED_OPS, Driver, EngineModel, HostMemory, RegisterSettings, SgidEntry
 from ..model.qpc import RECORD_BYTES, PathMtu, QpContext, QpState, ServiceType
 from ..model.regs import COUNTER_NAMES, REG
 from ..model.wqe import (CQ_RECORD_BYTES, CQE_BYTES, INLINE_MAX_RC, INLINE_MAX_UD, WQE_BYTES, Wqe, WqeFlags,
@@ -65,11 +65,8 @@ SGIDS = (SgidEntry(gid=0xFFFF_C0A8_0001, mac=0x02_00_00_00_00_01),
 #: Registers compared at idle (besides host memory and frames).
 CHECKED_REGS = ("CAPS", "CAPS2", "ERR_STATUS", "ERR_QPN", "ERR_INFO", "INT_STATUS") + tuple(n.upper() for n in COUNTER_NAMES)
 
-_ALLOWED = {ServiceType.RC: (WqeOpcode.SEND, WqeOpcode.SEND_WITH_IMM, WqeOpcode.RDMA_WRITE,
-                             WqeOpcode.RDMA_WRITE_WITH_IMM, WqeOpcode.RDMA_READ),
-            ServiceType.UC: (WqeOpcode.SEND, WqeOpcode.SEND_WITH_IMM, WqeOpcode.RDMA_WRITE,
-                             WqeOpcode.RDMA_WRITE_WITH_IMM),
-            ServiceType.UD: (WqeOpcode.SEND, WqeOpcode.SEND_WITH_IMM)}
+#: The WQE opcodes each service allows (the model's table), in opcode order.
+_ALLOWED = {service: tuple(sorted(ops)) for service, ops in ALLOWED_OPS.items()}
 
 
 @dataclass
