@@ -35,10 +35,10 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
-from rnic.model.crc import CrcSpec
-from rnic.hdl.bus import AXIStreamSignature, PacketStream, axis_to_stream
-from rnic.hdl.fifo import check_credit
-from rnic.hdl.prim import xor_lut4
+from ..model.crc import CrcSpec
+from .bus import AXIStreamSignature, PacketStream, axis_to_stream
+from .fifo import check_credit
+from .prim import xor_lut4
 
 __all__ = ["CrcStream", "CrcStreamAxis", "xor_tree"]
 

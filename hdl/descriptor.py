@@ -7,7 +7,7 @@ the model, the RTL and the testbenches cannot drift apart.
 
 from amaranth.lib import data
 
-from rnic.model.descriptor import DESC_FIELDS, DESC_WIDTH
+from ..model.descriptor import DESC_FIELDS, DESC_WIDTH
 
 __all__ = ["DescriptorLayout", "ErrorFlags", "DESC_WIDTH"]
 

@@ -32,7 +32,7 @@ from amaranth.lib import wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.memory import Memory
 
-from rnic.hdl.prim import BLOCK_RAM, lut4, outreg_ram, replicas
+from .prim import BLOCK_RAM, lut4, outreg_ram, replicas
 
 __all__ = ["BlockFIFO", "CreditFIFO", "check_credit"]
 

@@ -62,10 +62,10 @@ from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from rnic.model.regs import (COUNTER_NAMES, QPC_COUNTERS, REG, REGISTERS, SGID_BASE, SGID_ENTRIES, SGID_STRIDE, Access,
+from ..model.regs import (COUNTER_NAMES, QPC_COUNTERS, REG, REGISTERS, SGID_BASE, SGID_ENTRIES, SGID_STRIDE, Access,
                              ErrBit, IntBit)
-from rnic.hdl.bus import AXI4LiteSignature
-from rnic.hdl.qp_cache import CtrlOp, counters_layout
+from .bus import AXI4LiteSignature
+from .qp_cache import CtrlOp, counters_layout
 
 __all__ = ["RegisterBlock", "doorbell_layout", "cq_doorbell_layout", "qpc_cmd_layout", "inc_layout",
            "ADDR_WIDTH", "DOORBELL_FIFO_DEPTH"]

@@ -2,6 +2,6 @@
 
 import sys
 
-from rnic.sim.cli import main
+from .cli import main
 
 sys.exit(main())

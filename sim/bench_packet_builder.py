@@ -45,9 +45,9 @@ def _frames_for(size: int) -> int:
 if cocotb is not None:
     from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamSink, AxiStreamSource
 
-    from rnic.model.descriptor import DESC_FIELDS, LinkMode, PacketDesc
-    from rnic.model.frames import build_frame
-    from rnic.model.opcodes import Opcode
+    from ..model.descriptor import DESC_FIELDS, LinkMode, PacketDesc
+    from ..model.frames import build_frame
+    from ..model.opcodes import Opcode
 
     @cocotb.test()
     async def bench_efficiency(dut):
@@ -107,8 +107,8 @@ if cocotb is not None:
 
 def measure(width: int, seed: int) -> dict:
     """Build (cached) and run the efficiency benchmark at one width; return its result dict."""
-    from rnic.hdl.packet_builder import PacketBuilderAxis
-    from rnic.sim.toolchain import build, run
+    from ..hdl.packet_builder import PacketBuilderAxis
+    from .toolchain import build, run
 
     b = build(lambda: PacketBuilderAxis(width), "packet_builder", f"packet_builder-w{width}")
     with tempfile.TemporaryDirectory() as tmp:
@@ -131,7 +131,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.pnr_seeds < 1:
         parser.error("--pnr-seeds must be at least 1")
-    from rnic.sim.toolchain import seed_from_env
+    from .toolchain import seed_from_env
 
     seed = args.seed if args.seed is not None else seed_from_env(1)
     widths = [int(w) for w in args.widths.split(",") if w]
@@ -154,8 +154,8 @@ def main(argv=None) -> int:
     print(f"worst: {worst:.3f}")
 
     if args.synth:
-        from rnic.fpga.synth import synthesize
-        from rnic.hdl.packet_builder import PacketBuilder
+        from ..fpga.synth import synthesize
+        from ..hdl.packet_builder import PacketBuilder
 
         name = "packet_builder-w64" + (f"-speed{args.speed}" if args.speed else "")
         fmaxes = []

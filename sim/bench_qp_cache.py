@@ -26,7 +26,7 @@ __all__ = ["measure", "synth", "main"]
 def measure(entries=None, ways=None, seed=1) -> dict:
     """Run the ``bench`` cocotb test of :mod:`rnic.sim.qp_cache_tb` on an ``entries``/``ways`` build
     (default: RnicConfig's cache); return its measurements."""
-    from rnic.model.config import RnicConfig
+    from ..model.config import RnicConfig
     from .qp_cache_tb import run_qp_cache
     default = RnicConfig().qpc
     config = RnicConfig().replace(qpc={"entries": entries or default.entries, "ways": ways or default.ways})
@@ -40,10 +40,10 @@ def measure(entries=None, ways=None, seed=1) -> dict:
 
 
 def synth(entries_list=(16, 64), ways=None, device="ecp5-25f", target_mhz=156.25, router=None) -> list[dict]:
-    from rnic.fpga.synth import synthesize
-    from rnic.hdl.qp_cache import QpCache
-    from rnic.model.qpc import QpcCacheConfig
-    from rnic.model.config import RnicConfig
+    from ..fpga.synth import synthesize
+    from ..hdl.qp_cache import QpCache
+    from ..model.qpc import QpcCacheConfig
+    from ..model.config import RnicConfig
     ways = ways or RnicConfig().qpc.ways
     out = []
     for e in entries_list:
@@ -57,9 +57,9 @@ def synth(entries_list=(16, 64), ways=None, device="ecp5-25f", target_mhz=156.25
 
 
 def main(argv=None):
-    from rnic.fpga.synth import DEVICES
+    from ..fpga.synth import DEVICES
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    from rnic.model.config import RnicConfig
+    from ..model.config import RnicConfig
     p.add_argument("--entries", type=int, default=RnicConfig().qpc.entries, help="default: RnicConfig's")
     p.add_argument("--ways", type=int, default=RnicConfig().qpc.ways, help="default: RnicConfig's")
     p.add_argument("--seed", type=int, default=1)

@@ -17,7 +17,7 @@ def _status(text="", end="\n"):
 
 
 def _report(runs, out: Path | None) -> int:
-    from rnic.sim.rtl import summary, write_pcaps
+    from .rtl import summary, write_pcaps
     print(summary(runs))
     if out is not None and runs:
         paths = write_pcaps(runs[-1] if len(runs) == 1 else _merged(runs), out)
@@ -33,7 +33,7 @@ def _report(runs, out: Path | None) -> int:
 
 
 def _merged(runs):
-    from rnic.sim.rtl import RtlRun
+    from .rtl import RtlRun
     return RtlRun([f for r in runs for f in r.frames], 0, [], 0, 0, [m for r in runs for m in r.modes], 0, [],
                   width=runs[0].width)
 
@@ -41,7 +41,7 @@ def _merged(runs):
 def _cmd_demo(args) -> int:
     out = Path(args.out)
     if args.model_only:
-        from rnic.sim.demo import run_demo
+        from .demo import run_demo
         results = run_demo(out, seed=args.seed)
         print(f"{'link mode':<13} {'frames':>6} {'bytes':>7} {'checked':>7}  pcap")
         for r in results:
@@ -49,8 +49,8 @@ def _cmd_demo(args) -> int:
         total = sum(r.frames for r in results)
         print(f"{total} frames built by the golden model, all parsed back with valid lengths, pad, ICRC and VCRC.")
         return 0
-    from rnic.sim.rtl import run_workloads
-    from rnic.sim.scenario import every_opcode_workload, text_payload
+    from .rtl import run_workloads
+    from .scenario import every_opcode_workload, text_payload
     out.mkdir(parents=True, exist_ok=True)
     w = every_opcode_workload(random.Random(args.seed), payload=text_payload)
     _status("demo: every link mode x service x opcode on the RTL, checked against the golden model")
@@ -65,8 +65,8 @@ def _cmd_demo(args) -> int:
 
 
 def _cmd_run(args) -> int:
-    from rnic.sim.rtl import run_workloads
-    from rnic.sim.scenario_file import load_scenario
+    from .rtl import run_workloads
+    from .scenario_file import load_scenario
     sc = load_scenario(args.scenario)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -76,8 +76,8 @@ def _cmd_run(args) -> int:
 
 
 def _cmd_soak(args) -> int:
-    from rnic.sim.rtl import run_workloads
-    from rnic.sim.scenario import random_workload
+    from .rtl import run_workloads
+    from .scenario import random_workload
     config = config_from_args(args)
     rng = random.Random(args.seed)
     runs, clocks, batch = [], 0, 0
@@ -109,8 +109,8 @@ def _cmd_soak(args) -> int:
 
 
 def _cmd_bench(args) -> int:
-    from rnic.sim.bench import PARTS, WIDTHS, run_bench, text_tables
-    from rnic.sim.bench_engine import ModelMismatch
+    from .bench import PARTS, WIDTHS, run_bench, text_tables
+    from .bench_engine import ModelMismatch
     config = config_from_args(args)
     if args.widths is None:
         args.widths = str(config.width)

@@ -11,10 +11,10 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-from rnic.model.descriptor import LinkMode, PacketDesc
-from rnic.model.frames import build_frame, normalize_desc, parse_frame
-from rnic.model.opcodes import OPCODE_INFO, Position
-from rnic.model.pcap import write_pcap_for_mode
+from ..model.descriptor import LinkMode, PacketDesc
+from ..model.frames import build_frame, normalize_desc, parse_frame
+from ..model.opcodes import OPCODE_INFO, Position
+from ..model.pcap import write_pcap_for_mode
 
 __all__ = ["demo_packets", "ModeResult", "run_demo"]
 

@@ -18,12 +18,17 @@ SYS_PATH_ALLOWED = {("sim/toolchain.py", "run")}
 
 
 def _modules(package):
-    return sorted((ROOT / package).glob("*.py"))
+    return sorted((ROOT / package).rglob("*.py"))
 
 
 def _imports(path: Path, package: str):
-    """``(line, imported module)`` for every import in ``path``, relative ones resolved against
-    ``rnic.<package>``: ``from ..sim.toolchain import x`` in hdl/ gives ``rnic.sim.toolchain``."""
+    """``(line, imported module)`` for every import in ``path``, relative ones resolved against the
+    module's own package (``rnic.<package>``, or a subpackage of it for a file in a subfolder):
+    ``from ..sim.toolchain import x`` in hdl/ gives ``rnic.sim.toolchain``."""
+    try:
+        package = ".".join(path.parent.relative_to(ROOT).parts)
+    except ValueError:
+        pass
     tree = ast.parse(path.read_text(), str(path))
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -31,7 +36,8 @@ def _imports(path: Path, package: str):
                 yield node.lineno, alias.name
         elif isinstance(node, ast.ImportFrom):
             if node.level:
-                base = ["rnic", package][:max(0, 3 - node.level)]
+                here = ["rnic", *package.split(".")]
+                base = here[:max(0, len(here) + 1 - node.level)]
                 yield node.lineno, ".".join(base + ([node.module] if node.module else []))
             else:
                 yield node.lineno, node.module
@@ -74,3 +80,17 @@ def test_no_test_modules_through_sys_path(package):
             if module and (module.split(".")[-1].startswith("test_") or "cocotb_tests" in module):
                 bad.append(f"{rel}:{line}: imports {module}")
     assert not bad, "installed modules reach test files:\n" + "\n".join(bad)
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_one_import_style(package):
+    """Inside the package, modules import each other relatively (``from ..model.qpc import X``),
+    never as ``rnic.*``: one style, and a module works under any installed name."""
+    bad = []
+    for path in _modules(package):
+        tree = ast.parse(path.read_text(), str(path))
+        for node in ast.walk(tree):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            bad += [f"{path.relative_to(ROOT)}:{node.lineno}: {n}" for n in names if n and n.split(".")[0] == "rnic"]
+    assert not bad, "absolute rnic imports inside the package:\n" + "\n".join(bad)

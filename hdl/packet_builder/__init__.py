@@ -39,8 +39,8 @@ Blocks, one module each (docs/packet-builder.md, "Structure"):
 * :mod:`.templates`, :mod:`.checksum`: header templates, bit maps, ones'-complement sums.
 """
 
-from rnic.hdl.packet_builder.builder import PacketBuilder, PacketBuilderAxis
-from rnic.hdl.packet_builder.checksum import _oc_add, _oc_sum3  # noqa: F401 (tests/test_packet_builder_checksum.py)
-from rnic.hdl.packet_builder.templates import DESC_AXIS_WIDTH, EARLY_BITS, HEADER_MAX, LATE_FIELDS
+from .builder import PacketBuilder, PacketBuilderAxis
+from .checksum import _oc_add, _oc_sum3  # noqa: F401 (tests/test_packet_builder_checksum.py)
+from .templates import DESC_AXIS_WIDTH, EARLY_BITS, HEADER_MAX, LATE_FIELDS
 
 __all__ = ["PacketBuilder", "PacketBuilderAxis", "HEADER_MAX", "DESC_AXIS_WIDTH", "LATE_FIELDS", "EARLY_BITS"]

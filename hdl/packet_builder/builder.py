@@ -7,10 +7,10 @@ from amaranth import Module
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from rnic.model.crc import ICRC, VCRC
-from rnic.hdl.bus import AXIStreamSignature, PacketStream, axis_to_stream, stream_to_axis
-from rnic.hdl.crc import CrcStream
-from rnic.hdl.descriptor import DESC_WIDTH, DescriptorLayout, ErrorFlags
+from ...model.crc import ICRC, VCRC
+from ..bus import AXIStreamSignature, PacketStream, axis_to_stream, stream_to_axis
+from ..crc import CrcStream
+from ..descriptor import DESC_WIDTH, DescriptorLayout, ErrorFlags
 
 from .crc_place import CrcPlacement
 from .front import HeaderFrontEnd

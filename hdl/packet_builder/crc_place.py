@@ -6,9 +6,9 @@ from __future__ import annotations
 from amaranth import Cat, Const, Mux, Signal
 from amaranth.lib.memory import Memory
 
-from rnic.model.crc import VCRC
-from rnic.hdl.crc import xor_tree
-from rnic.hdl.prim import BLOCK_RAM
+from ...model.crc import VCRC
+from ..crc import xor_tree
+from ..prim import BLOCK_RAM
 
 from .merge import beat_layout
 from .templates import ICRC_LEN

@@ -9,11 +9,11 @@ from amaranth import Cat, Const, Mux, Signal
 from amaranth.hdl import Assert
 from amaranth.lib import data
 
-from rnic.model.descriptor import MAX_PAYLOAD, LinkMode
-from rnic.model import headers as hd
-from rnic.model.opcodes import OPCODE_INFO
-from rnic.hdl.descriptor import DescriptorLayout
-from rnic.hdl.prim import lut4, replicas
+from ...model.descriptor import MAX_PAYLOAD, LinkMode
+from ...model import headers as hd
+from ...model.opcodes import OPCODE_INFO
+from ..descriptor import DescriptorLayout
+from ..prim import lut4, replicas
 
 from .checksum import _oc_add, _oc_sum3_parts
 from .templates import (_EXT_COMBOS, _EXT_MAX, _LEN_BITS, _TEMPLATES, HEADER_MAX, ICRC_LEN, _by_source,

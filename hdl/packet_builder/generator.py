@@ -8,8 +8,8 @@ from __future__ import annotations
 from amaranth import Cat, Const, Mux, Signal, Value
 from amaranth.hdl import Assert
 
-from rnic.hdl.descriptor import ErrorFlags
-from rnic.hdl.prim import late_select, lut4, replicas
+from ..descriptor import ErrorFlags
+from ..prim import late_select, lut4, replicas
 
 from .front import first_layout, frame_params
 from .header import frame_layout

@@ -6,9 +6,9 @@ from amaranth import Cat, Const, Mux, Signal
 from amaranth.hdl import Assert
 from amaranth.lib import data
 
-from rnic.model.descriptor import LinkMode
-from rnic.model import headers as hd
-from rnic.hdl.prim import replica
+from ...model.descriptor import LinkMode
+from ...model import headers as hd
+from ..prim import replica
 
 from .checksum import _oc_pick
 from .front import first_flags, first_layout, frame_params

@@ -5,7 +5,7 @@ from __future__ import annotations
 from amaranth import Cat
 from amaranth.hdl import Assert
 
-from rnic.hdl.fifo import CreditFIFO, check_credit
+from ..fifo import CreditFIFO, check_credit
 
 __all__ = ["output_queue"]
 

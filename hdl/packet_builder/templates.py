@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from amaranth import Cat, Const, Mux, Value
 
-from rnic.model.descriptor import LinkMode
-from rnic.model import headers as hd
-from rnic.model.opcodes import OPCODE_INFO
-from rnic.hdl.descriptor import DESC_WIDTH
+from ...model.descriptor import LinkMode
+from ...model import headers as hd
+from ...model.opcodes import OPCODE_INFO
+from ..descriptor import DESC_WIDTH
 
 __all__ = ["HEADER_MAX", "DESC_AXIS_WIDTH", "LATE_FIELDS", "EARLY_BITS"]
 
