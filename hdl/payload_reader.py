@@ -129,18 +129,20 @@ class PayloadReader(wiring.Component):
         return self._data_width
 
     def elaborate(self, platform):
+        # The steps below add, in this order, to the one module: no submodule, register or path is
+        # theirs alone. ``ns`` carries what a later step uses of an earlier one's signals and values.
         m = Module()
-        s = SimpleNamespace()     # the signals and parameters the steps below share
-        self._queues(m, s)
-        self._command_stage(m, s)
-        self._ar_issue(m, platform, s)
-        self._command_ready(m, s)
-        self._read_data(m, s)
-        self._output(m, s)
-        self._check_credits(m, s)
+        ns = SimpleNamespace()
+        self._queues(m, ns)
+        self._command_stage(m, ns)
+        self._ar_issue(m, platform, ns)
+        self._command_ready(m, ns)
+        self._read_data(m, ns)
+        self._output(m, ns)
+        self._check_credits(m, ns)
         return m
 
-    def _queues(self, m, s):
+    def _queues(self, m, ns):
         """Parameters, layouts and the queues; the AXI fields that never change."""
         axi, D, C = self.m_axi, self._fifo_depth, self._cmd_depth
         W = self._data_width
@@ -176,14 +178,15 @@ class PayloadReader(wiring.Component):
             axi.arid.eq(0), axi.arsize.eq(sb), axi.arburst.eq(1), axi.arlock.eq(0), axi.arcache.eq(0),
             axi.arprot.eq(0), axi.awvalid.eq(0), axi.wvalid.eq(0), axi.bready.eq(1), axi.rready.eq(1),
         ]
-        s.B, s.C, s.D, s.W, s.axi, s.beat_bits, s.done, s.i_cap, s.inl = B, C, D, W, axi, beat_bits, done, i_cap, inl
-        s.p_cap, s.page_beats, s.pinfo, s.pinfo_layout, s.rbeats = p_cap, page_beats, pinfo, pinfo_layout, rbeats
-        s.rbeats_layout, s.rdata, s.sb, s.sorder, s.stat = rbeats_layout, rdata, sb, sorder, stat
+        ns.B, ns.C, ns.D, ns.W = B, C, D, W
+        ns.axi, ns.beat_bits, ns.done, ns.i_cap, ns.inl = axi, beat_bits, done, i_cap, inl
+        ns.p_cap, ns.page_beats, ns.pinfo, ns.pinfo_layout, ns.rbeats = p_cap, page_beats, pinfo, pinfo_layout, rbeats
+        ns.rbeats_layout, ns.rdata, ns.sb, ns.sorder, ns.stat = rbeats_layout, rdata, sb, sorder, stat
 
-    def _command_stage(self, m, s):
+    def _command_stage(self, m, ns):
         """The command stage and the queue writes on the command handshake."""
-        B, C, beat_bits, inl, pinfo, pinfo_layout = s.B, s.C, s.beat_bits, s.inl, s.pinfo, s.pinfo_layout
-        rbeats, rbeats_layout, sb, sorder = s.rbeats, s.rbeats_layout, s.sb, s.sorder
+        B, C, beat_bits, inl, pinfo, pinfo_layout = ns.B, ns.C, ns.beat_bits, ns.inl, ns.pinfo, ns.pinfo_layout
+        rbeats, rbeats_layout, sb, sorder = ns.rbeats, ns.rbeats_layout, ns.sb, ns.sorder
         # ---- command stage: a skid buffer that registers the command with what is derived from it,
         # so the credit logic behind it starts from flip-flops ---------------------------------------
         ci = self.cmd.payload
@@ -225,14 +228,14 @@ class PayloadReader(wiring.Component):
         ]
         with m.If(accept & rd):
             m.d.sync += [a_addr.eq(c.addr[sb:]), a_left.eq(rb.n)]
-        s.a_addr, s.a_left, s.accept, s.active, s.c, s.c_valid = a_addr, a_left, accept, active, c, c_valid
-        s.cmd_rdy, s.nonzero, s.owed, s.rd = cmd_rdy, nonzero, owed, rd
+        ns.a_addr, ns.a_left, ns.accept, ns.active, ns.c, ns.c_valid = a_addr, a_left, accept, active, c, c_valid
+        ns.cmd_rdy, ns.nonzero, ns.owed, ns.rd = cmd_rdy, nonzero, owed, rd
 
-    def _ar_issue(self, m, platform, s):
+    def _ar_issue(self, m, platform, ns):
         """AR issue under the credit rule, and the credit logic's copies of the take strobes."""
-        D, a_addr, a_left, accept, active, axi, c = s.D, s.a_addr, s.a_left, s.accept, s.active, s.axi, s.c
-        c_valid, cmd_rdy, nonzero, page_beats, rd = s.c_valid, s.cmd_rdy, s.nonzero, s.page_beats, s.rd
-        sb = s.sb
+        D, a_addr, a_left, accept, active, axi, c = ns.D, ns.a_addr, ns.a_left, ns.accept, ns.active, ns.axi, ns.c
+        c_valid, cmd_rdy, nonzero, page_beats, rd = ns.c_valid, ns.cmd_rdy, ns.nonzero, ns.page_beats, ns.rd
+        sb = ns.sb
         # ---- AR issue under the credit rule ----------------------------------------------------------
         # The next burst's length, whether it is the command's last and whether the data queue has
         # room for it are registered (``beats``, ``beats_last``, ``fits``, valid in ``beats_ok``
@@ -282,13 +285,13 @@ class PayloadReader(wiring.Component):
         raw_pop = Signal()
         raw_pop_r = Signal()                 # a beat left the data queue last clock
         m.d.sync += [raw_pop_r.eq(raw_pop), room.eq(room - Mux(ar_load, beats, 0) + raw_pop_r)]
-        s.accept_c, s.active_next, s.i_take_c, s.p_take_c = accept_c, active_next, i_take_c, p_take_c
-        s.raw_pop = raw_pop
+        ns.accept_c, ns.active_next, ns.i_take_c, ns.p_take_c = accept_c, active_next, i_take_c, p_take_c
+        ns.raw_pop = raw_pop
 
-    def _command_ready(self, m, s):
+    def _command_ready(self, m, ns):
         """``cmd.ready`` from a flip-flop: next clock's state, credits returned a clock late."""
-        C, accept_c, active, active_next, cmd_rdy = s.C, s.accept_c, s.active, s.active_next, s.cmd_rdy
-        i_cap, i_take_c, owed, p_cap, p_take_c = s.i_cap, s.i_take_c, s.owed, s.p_cap, s.p_take_c
+        C, accept_c, active, active_next, cmd_rdy = ns.C, ns.accept_c, ns.active, ns.active_next, ns.cmd_rdy
+        i_cap, i_take_c, owed, p_cap, p_take_c = ns.i_cap, ns.i_take_c, ns.owed, ns.p_cap, ns.p_take_c
         # ---- command ready, from a flip-flop: next clock's state, credits returned a clock late -------
         status_taken = self.status.valid & self.status.ready
         p_pop_r, i_pop_r = Signal(), Signal()
@@ -305,12 +308,12 @@ class PayloadReader(wiring.Component):
             Assert(cmd_rdy == (~active & (p_cred != 0) & (i_cred != 0) & (owed != C)),
                    "payload reader: cmd.ready differs from its state\n"),
         ]
-        s.i_pop_r, s.p_pop_r = i_pop_r, p_pop_r
+        ns.i_pop_r, ns.p_pop_r = i_pop_r, p_pop_r
 
-    def _read_data(self, m, s):
+    def _read_data(self, m, ns):
         """R beats into the data queue, beats counted per command, statuses in command order."""
-        axi, beat_bits, done, rbeats, rbeats_layout = s.axi, s.beat_bits, s.done, s.rbeats, s.rbeats_layout
-        rdata, sorder, stat = s.rdata, s.sorder, s.stat
+        axi, beat_bits, done, rbeats, rbeats_layout = ns.axi, ns.beat_bits, ns.done, ns.rbeats, ns.rbeats_layout
+        rdata, sorder, stat = ns.rdata, ns.sorder, ns.stat
         # ---- R: into the data queue; count beats per command; status --------------------------------
         # ``rbeats`` holds the raw beat count of each command that reads memory (and whether it is
         # 1), taken into ``cur_*`` for the command whose beats are arriving; ``sorder`` one bit per
@@ -356,10 +359,11 @@ class PayloadReader(wiring.Component):
             stat.r_en.eq(self.status.ready),
         ]
 
-    def _output(self, m, s):
+    def _output(self, m, ns):
         """The output stage: a two-beat window over the raw beats, shifted into lane 0."""
-        B, W, beat_bits, i_pop_r, inl, p_pop_r, pinfo = s.B, s.W, s.beat_bits, s.i_pop_r, s.inl, s.p_pop_r, s.pinfo
-        pinfo_layout, raw_pop, rdata = s.pinfo_layout, s.raw_pop, s.rdata
+        B, W, beat_bits = ns.B, ns.W, ns.beat_bits
+        i_pop_r, inl, p_pop_r, pinfo = ns.i_pop_r, ns.inl, ns.p_pop_r, ns.pinfo
+        pinfo_layout, raw_pop, rdata = ns.pinfo_layout, ns.raw_pop, ns.rdata
         # ---- output: two-beat window over raw beats, shifted into lane 0 ----------------------------
         # The head command's packet info is copied from the queue's output into ``hd``, so that what
         # the head beat needs is known a clock ahead from flip-flops: ``L`` (it is the command's
@@ -435,9 +439,10 @@ class PayloadReader(wiring.Component):
             m.d.sync += out.valid.eq(0)
         m.d.sync += [p_pop_r.eq(hd_pop), i_pop_r.eq(inl.r_en)]
 
-    def _check_credits(self, m, s):
+    def _check_credits(self, m, ns):
         """Every queue is written (and the status queues read) only on a credit."""
-        done, inl, pinfo, rbeats, rdata, sorder, stat = s.done, s.inl, s.pinfo, s.rbeats, s.rdata, s.sorder, s.stat
+        done, inl, pinfo = ns.done, ns.inl, ns.pinfo
+        rbeats, rdata, sorder, stat = ns.rbeats, ns.rdata, ns.sorder, ns.stat
         for fifo, what in ((rdata, "read data (bursts in flight)"), (pinfo, "packet info"),
                            (inl, "inline data"), (rbeats, "read commands"), (sorder, "status order"),
                            (done, "finished commands"), (stat, "statuses (commands owed)")):
