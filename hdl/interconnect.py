@@ -10,6 +10,8 @@ bandwidth cap (``bw_cap``, register ``AXI_BW_CAP``) limits data beats per 1024-c
 ``tests/test_axi_arbiter.py`` the tests.
 """
 
+from types import SimpleNamespace
+
 from amaranth import Cat, Const, Module, Mux, Signal, signed
 from amaranth.hdl import Assert
 from amaranth.lib import wiring
@@ -144,7 +146,18 @@ class AxiInterconnect(wiring.Component):
         return [getattr(self, f"s{i}") for i in range(self._n)]
 
     def elaborate(self, platform):
+        # The steps below add, in this order, to the one module: no submodule, register or path is
+        # theirs alone. ``ns`` carries what a later step uses of an earlier one's signals and values.
         m = Module()
+        ns = SimpleNamespace()
+        self._address_channels(m, ns)
+        self._bandwidth_cap(m, ns)
+        self._w_channel(m, ns)
+        self._response_channels(m, ns)
+        return m
+
+    def _address_channels(self, m, ns):
+        """AR and AW: a one-entry buffer per master, round robin into the output register."""
         n, idw, ib = self._n, self._id_width, self._idx_bits
         ms, axi = self.masters, self.m_axi
 
@@ -212,7 +225,12 @@ class AxiInterconnect(wiring.Component):
             out_full[ch], out_go[ch] = full, go
             out_loaded[ch] = load & anyreq
             out_len1[ch] = beats
+        ns.axi, ns.ib, ns.idw, ns.ms, ns.out_full, ns.out_go, ns.out_len1 = axi, ib, idw, ms, out_full, out_go, out_len1
+        ns.out_loaded, ns.w_order = out_loaded, w_order
 
+    def _bandwidth_cap(self, m, ns):
+        """The bandwidth cap: when each output register may raise ``valid``."""
+        axi, out_full, out_go, out_len1, out_loaded = ns.axi, ns.out_full, ns.out_go, ns.out_len1, ns.out_loaded
         # ---- bandwidth cap -----------------------------------------------------------------------
         # The decision to raise an output register's valid is taken a clock ahead from registers:
         # the room left (``cap - used``) and whether each burst, and both, fit in it are themselves
@@ -258,6 +276,9 @@ class AxiInterconnect(wiring.Component):
         with m.Else():
             m.d.sync += used.eq(used + Mux(ar_hs, lar, 0) + Mux(aw_hs, law, 0))
 
+    def _w_channel(self, m, ns):
+        """W beats from the master at the head of the granted-AW order."""
+        axi, ms, w_order = ns.axi, ns.ms, ns.w_order
         # ---- W: in granted-AW order ----------------------------------------------------------------
         head = w_order.r_data
         with m.Switch(head):
@@ -270,6 +291,9 @@ class AxiInterconnect(wiring.Component):
                     ]
         m.d.comb += w_order.r_en.eq(axi.wvalid & axi.wready & axi.wlast)
 
+    def _response_channels(self, m, ns):
+        """R and B routed back by the top ID bits."""
+        axi, ib, idw, ms = ns.axi, ns.ib, ns.idw, ns.ms
         # ---- R / B: routed by the top ID bits -------------------------------------------------------
         for ch, fields in (("r", ("data", "resp", "last")), ("b", ("resp",))):
             mid = getattr(axi, ch + "id")
@@ -284,4 +308,3 @@ class AxiInterconnect(wiring.Component):
                 for i, s in enumerate(ms):
                     with m.Case(i):
                         m.d.comb += getattr(axi, ch + "ready").eq(getattr(s, ch + "ready"))
-        return m
