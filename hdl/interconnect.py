@@ -225,8 +225,8 @@ class AxiInterconnect(wiring.Component):
             out_full[ch], out_go[ch] = full, go
             out_loaded[ch] = load & anyreq
             out_len1[ch] = beats
-        ns.axi, ns.ib, ns.idw, ns.ms, ns.out_full, ns.out_go, ns.out_len1 = axi, ib, idw, ms, out_full, out_go, out_len1
-        ns.out_loaded, ns.w_order = out_loaded, w_order
+        ns.axi, ns.ib, ns.idw, ns.ms, ns.out_full, ns.out_go = axi, ib, idw, ms, out_full, out_go
+        ns.out_len1, ns.out_loaded, ns.w_order = out_len1, out_loaded, w_order
 
     def _bandwidth_cap(self, m, ns):
         """The bandwidth cap: when each output register may raise ``valid``."""

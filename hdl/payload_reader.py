@@ -178,10 +178,10 @@ class PayloadReader(wiring.Component):
             axi.arid.eq(0), axi.arsize.eq(sb), axi.arburst.eq(1), axi.arlock.eq(0), axi.arcache.eq(0),
             axi.arprot.eq(0), axi.awvalid.eq(0), axi.wvalid.eq(0), axi.bready.eq(1), axi.rready.eq(1),
         ]
-        ns.B, ns.C, ns.D, ns.W = B, C, D, W
-        ns.axi, ns.beat_bits, ns.done, ns.i_cap, ns.inl = axi, beat_bits, done, i_cap, inl
-        ns.p_cap, ns.page_beats, ns.pinfo, ns.pinfo_layout, ns.rbeats = p_cap, page_beats, pinfo, pinfo_layout, rbeats
-        ns.rbeats_layout, ns.rdata, ns.sb, ns.sorder, ns.stat = rbeats_layout, rdata, sb, sorder, stat
+        ns.B, ns.C, ns.D, ns.W, ns.axi, ns.beat_bits, ns.done, ns.i_cap = B, C, D, W, axi, beat_bits, done, i_cap
+        ns.inl, ns.p_cap, ns.page_beats, ns.pinfo, ns.pinfo_layout = inl, p_cap, page_beats, pinfo, pinfo_layout
+        ns.rbeats, ns.rbeats_layout, ns.rdata, ns.sb, ns.sorder = rbeats, rbeats_layout, rdata, sb, sorder
+        ns.stat = stat
 
     def _command_stage(self, m, ns):
         """The command stage and the queue writes on the command handshake."""
@@ -361,9 +361,8 @@ class PayloadReader(wiring.Component):
 
     def _output(self, m, ns):
         """The output stage: a two-beat window over the raw beats, shifted into lane 0."""
-        B, W, beat_bits = ns.B, ns.W, ns.beat_bits
-        i_pop_r, inl, p_pop_r, pinfo = ns.i_pop_r, ns.inl, ns.p_pop_r, ns.pinfo
-        pinfo_layout, raw_pop, rdata = ns.pinfo_layout, ns.raw_pop, ns.rdata
+        B, W, beat_bits, i_pop_r, inl, p_pop_r = ns.B, ns.W, ns.beat_bits, ns.i_pop_r, ns.inl, ns.p_pop_r
+        pinfo, pinfo_layout, raw_pop, rdata = ns.pinfo, ns.pinfo_layout, ns.raw_pop, ns.rdata
         # ---- output: two-beat window over raw beats, shifted into lane 0 ----------------------------
         # The head command's packet info is copied from the queue's output into ``hd``, so that what
         # the head beat needs is known a clock ahead from flip-flops: ``L`` (it is the command's
@@ -441,8 +440,8 @@ class PayloadReader(wiring.Component):
 
     def _check_credits(self, m, ns):
         """Every queue is written (and the status queues read) only on a credit."""
-        done, inl, pinfo = ns.done, ns.inl, ns.pinfo
-        rbeats, rdata, sorder, stat = ns.rbeats, ns.rdata, ns.sorder, ns.stat
+        done, inl, pinfo, rbeats, rdata, sorder = ns.done, ns.inl, ns.pinfo, ns.rbeats, ns.rdata, ns.sorder
+        stat = ns.stat
         for fifo, what in ((rdata, "read data (bursts in flight)"), (pinfo, "packet info"),
                            (inl, "inline data"), (rbeats, "read commands"), (sorder, "status order"),
                            (done, "finished commands"), (stat, "statuses (commands owed)")):

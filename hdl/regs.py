@@ -238,8 +238,6 @@ class RegisterBlock(wiring.Component):
     def _storage(self, m, ns):
         """Storage generated from ``REGISTERS``: ``store`` (flip-flops) and ``value`` (what a read returns)."""
         bus = self.s_axil
-
-        # --- storage, generated from REGISTERS ----------------------------------------------------
         store = {}      # name -> flip-flops (every register with state)
         value = {}      # name -> what a read returns (absent: reads 0)
         for reg in REGISTERS:
@@ -263,7 +261,6 @@ class RegisterBlock(wiring.Component):
     def _write_halves(self, m, ns):
         """Write channel: AW and W taken into holding registers, decoded and masked there."""
         bus, store = ns.bus, ns.store
-        # --- write channel --------------------------------------------------------------------------
         # The address is decoded at the AW handshake (one flag per writable register, the SGID
         # field) and the data masked at the W handshake, so a write's enables come from flip-flops.
         aw_have = Signal()
@@ -315,16 +312,15 @@ class RegisterBlock(wiring.Component):
             Assert(~w_have | (timer_on_w == (((mod_timer & ~w_mask) | w_bits) != 0)), "regs: timer_on_w\n"),
         ]
         ns.aw_have, ns.aw_hs, ns.aw_sgid, ns.aw_word, ns.b_valid = aw_have, aw_hs, aw_sgid, aw_word, b_valid
-        ns.count_le1_w, ns.mod_count, ns.mod_count_w = count_le1_w, mod_count, mod_count_w
-        ns.mod_timer, ns.sel = mod_timer, sel
-        ns.sgid_entry, ns.sgid_field, ns.timer_on_w = sgid_entry, sgid_field, timer_on_w
-        ns.w_any, ns.w_bits, ns.w_have, ns.w_hs, ns.w_mask, ns.w_op = w_any, w_bits, w_have, w_hs, w_mask, w_op
+        ns.count_le1_w, ns.mod_count, ns.mod_count_w, ns.mod_timer = count_le1_w, mod_count, mod_count_w, mod_timer
+        ns.sel, ns.sgid_entry, ns.sgid_field, ns.timer_on_w, ns.w_any = sel, sgid_entry, sgid_field, timer_on_w, w_any
+        ns.w_bits, ns.w_have, ns.w_hs, ns.w_mask, ns.w_op = w_bits, w_have, w_hs, w_mask, w_op
 
     def _write_commit(self, m, ns):
         """Write channel: the actions that may wait, the commit of a write, the plain RW registers."""
         aw_have, aw_hs, aw_sgid, aw_word, b_valid = ns.aw_have, ns.aw_hs, ns.aw_sgid, ns.aw_word, ns.b_valid
-        bus, sel, store, w_any, w_bits, w_have, w_hs = ns.bus, ns.sel, ns.store, ns.w_any, ns.w_bits, ns.w_have, ns.w_hs
-        w_mask, w_op = ns.w_mask, ns.w_op
+        bus, sel, store, w_any, w_bits, w_have = ns.bus, ns.sel, ns.store, ns.w_any, ns.w_bits, ns.w_have
+        w_hs, w_mask, w_op = ns.w_hs, ns.w_mask, ns.w_op
         # The write actions that may wait, decided as the AW and W halves arrive.
         db_act = Signal()
         cq_act = Signal()
@@ -377,7 +373,6 @@ class RegisterBlock(wiring.Component):
         """Doorbell FIFOs and the one-entry QP context cache command register."""
         cmd_act, cmd_busy, cmd_valid, cq_act, cq_fifo = ns.cmd_act, ns.cmd_busy, ns.cmd_valid, ns.cq_act, ns.cq_fifo
         db_act, db_fifo, go, store, value, w_bits = ns.db_act, ns.db_fifo, ns.go, ns.store, ns.value, ns.w_bits
-        # --- doorbells ------------------------------------------------------------------------------
         m.d.comb += [
             db_fifo.w_en.eq(go & db_act),
             db_fifo.w_data.eq(Cat(store["DB_QPN"], w_bits[:16])),
@@ -458,11 +453,10 @@ class RegisterBlock(wiring.Component):
         ns.cq_event, ns.idle, ns.inc = cq_event, idle, inc
 
     def _errors_status_counters(self, m, ns):
-        """Errors, INT_STATUS, ``irq``, STATUS and the counters."""
-        bus, cmd_valid, cq_event, cq_fifo = ns.bus, ns.cmd_valid, ns.cq_event, ns.cq_fifo
-        db_fifo, db_push, idle, inc, store, value = ns.db_fifo, ns.db_push, ns.idle, ns.inc, ns.store, ns.value
-        w_bits, w_have, w_hs, wr = ns.w_bits, ns.w_have, ns.w_hs, ns.wr
-        # --- errors (EngineModel._error), software write first ---------------------------------------
+        """Errors (as ``EngineModel._error``, the software write first), INT_STATUS, ``irq``, STATUS, counters."""
+        bus, cmd_valid, cq_event, cq_fifo, db_fifo = ns.bus, ns.cmd_valid, ns.cq_event, ns.cq_fifo, ns.db_fifo
+        db_push, idle, inc, store, value, w_bits = ns.db_push, ns.idle, ns.inc, ns.store, ns.value, ns.w_bits
+        w_have, w_hs, wr = ns.w_have, ns.w_hs, ns.wr
         err_status = store["ERR_STATUS"]
         es = Signal.like(err_status, name="err_status_after_write")
         m.d.comb += es.eq(Mux(wr["ERR_STATUS"], err_status & ~w_bits[:len(err_status)], err_status))
@@ -507,10 +501,9 @@ class RegisterBlock(wiring.Component):
                 m.d.sync += c.eq(Mux(step, c + 1, c))
 
     def _sgid_table(self, m, ns):
-        """The SGID table: one memory per field, cleared after reset; the bus's and the engine's reads."""
+        """The SGID table: one memory per field, 16 entries, byte-writable, cleared after reset."""
         bus, go, sgid_clearing, sgid_entry, sgid_field = ns.bus, ns.go, ns.sgid_clearing, ns.sgid_entry, ns.sgid_field
         w_bits, w_mask = ns.w_bits, ns.w_mask
-        # --- SGID table: one memory per field, 16 entries, byte-writable ------------------------------
         # Each has one read port (LUT RAM has one read port per copy): the bus's address in the clock
         # of an AR handshake, loading the bus's register (which holds until the next read), else
         # sgid_index, loading the engine's. After reset the table is written with zeros, one entry
@@ -546,9 +539,8 @@ class RegisterBlock(wiring.Component):
 
     def _read_channel(self, m, ns):
         """Read channel: one registered word per 8-word bank, and the SGID field; ``rdata`` their OR."""
-        ar, bus, bus_rd = ns.ar, ns.bus, ns.bus_rd
-        r_valid, sgid_clearing, value = ns.r_valid, ns.sgid_clearing, ns.value
-        # --- read channel -------------------------------------------------------------------------------
+        ar, bus, bus_rd, r_valid, sgid_clearing = ns.ar, ns.bus, ns.bus_rd, ns.r_valid, ns.sgid_clearing
+        value = ns.value
         # Two steps: at the AR handshake each 8-word bank registers its word selected by araddr[4:2]
         # and a flag whether araddr is in the bank, the SGID read ports their entry and a one-hot
         # flag the SGID field; rdata is the OR of the flagged bank and field (none: 0).
@@ -586,7 +578,6 @@ class RegisterBlock(wiring.Component):
     def _outputs(self, m, ns):
         """Configuration outputs and the SGID table port."""
         eng_rd, store = ns.eng_rd, ns.store
-        # --- configuration outputs ------------------------------------------------------------------------
         m.d.comb += [
             self.enable.eq(store["CONTROL"][0]),
             self.qpc_base.eq(Cat(store["QPC_BASE_LO"], store["QPC_BASE_HI"])),
