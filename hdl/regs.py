@@ -55,6 +55,8 @@ one word per 8-word bank at the AR handshake; ``rdata`` is the OR of the address
 field.
 """
 
+from types import SimpleNamespace
+
 from amaranth import Cat, Const, Module, Mux, Signal, Value
 from amaranth.hdl import Assert
 from amaranth.lib import data, stream, wiring
@@ -118,6 +120,10 @@ def is_sgid(word):
 
 def _in(value, members):
     return Cat(*(value == x.value for x in members)).any()
+
+
+def _bytes_mask(strb):
+    return Cat(*(b.replicate(8) for b in strb))
 
 
 class RegisterBlock(wiring.Component):
@@ -214,10 +220,24 @@ class RegisterBlock(wiring.Component):
         })
 
     def elaborate(self, platform):
+        # The steps below add, in this order, to the one module: no submodule, register or path is
+        # theirs alone. ``ns`` carries what a later step uses of an earlier one's signals and values.
         m = Module()
-        bus = self.s_axil
+        ns = SimpleNamespace()
+        self._storage(m, ns)
+        self._write_halves(m, ns)
+        self._write_commit(m, ns)
+        self._doorbells(m, ns)
+        self._interrupt_moderation(m, ns)
+        self._errors_status_counters(m, ns)
+        self._sgid_table(m, ns)
+        self._read_channel(m, ns)
+        self._outputs(m, ns)
+        return m
 
-        # --- storage, generated from REGISTERS ----------------------------------------------------
+    def _storage(self, m, ns):
+        """Storage generated from ``REGISTERS``: ``store`` (flip-flops) and ``value`` (what a read returns)."""
+        bus = self.s_axil
         store = {}      # name -> flip-flops (every register with state)
         value = {}      # name -> what a read returns (absent: reads 0)
         for reg in REGISTERS:
@@ -236,8 +256,11 @@ class RegisterBlock(wiring.Component):
                 continue
             store[reg.name] = Signal(reg.width, init=reg.reset, name=f"r_{reg.name.lower()}")
             value[reg.name] = store[reg.name]
+        ns.bus, ns.store, ns.value = bus, store, value
 
-        # --- write channel --------------------------------------------------------------------------
+    def _write_halves(self, m, ns):
+        """Write channel: AW and W taken into holding registers, decoded and masked there."""
+        bus, store = ns.bus, ns.store
         # The address is decoded at the AW handshake (one flag per writable register, the SGID
         # field) and the data masked at the W handshake, so a write's enables come from flip-flops.
         aw_have = Signal()
@@ -260,11 +283,8 @@ class RegisterBlock(wiring.Component):
             m.d.sync += [s.eq(aw_word == REG[name].offset >> 2) for name, s in sel.items()]
             m.d.sync += [sgid_field[k].eq(is_sgid(aw_word) & (aw_word[:3] == k)) for k in range(len(_SGID_FIELDS))]
 
-        def bytes_mask(strb):
-            return Cat(*(b.replicate(8) for b in strb))
-
         def w_merge(r):                         # register r as the W being taken writes it
-            mask = bytes_mask(bus.wstrb)[:len(r)]
+            mask = _bytes_mask(bus.wstrb)[:len(r)]
             return (r & ~mask) | (bus.wdata[:len(r)] & mask)
 
         w_bits = Signal(32)                     # the strobed bytes of wdata (others 0)
@@ -273,7 +293,7 @@ class RegisterBlock(wiring.Component):
         w_op = Signal()                         # a QPC_CMD value that starts a command
         with m.If(w_hs):
             m.d.sync += [
-                w_have.eq(1), w_bits.eq(bus.wdata & bytes_mask(bus.wstrb)), w_mask.eq(bytes_mask(bus.wstrb)),
+                w_have.eq(1), w_bits.eq(bus.wdata & _bytes_mask(bus.wstrb)), w_mask.eq(_bytes_mask(bus.wstrb)),
                 w_any.eq(bus.wstrb.any()), w_op.eq(bus.wstrb[0] & _in(bus.wdata[:2], _QPC_CMD_OPS)),
             ]
         # INT_MOD_COUNT and INT_MOD_TIMER as the held write leaves them (only writes change them, and
@@ -291,7 +311,16 @@ class RegisterBlock(wiring.Component):
             Assert(~w_have | (count_le1_w == (mod_count_w <= 1)), "regs: count_le1_w\n"),
             Assert(~w_have | (timer_on_w == (((mod_timer & ~w_mask) | w_bits) != 0)), "regs: timer_on_w\n"),
         ]
+        ns.aw_have, ns.aw_hs, ns.aw_sgid, ns.aw_word, ns.b_valid = aw_have, aw_hs, aw_sgid, aw_word, b_valid
+        ns.count_le1_w, ns.mod_count, ns.mod_count_w, ns.mod_timer = count_le1_w, mod_count, mod_count_w, mod_timer
+        ns.sel, ns.sgid_entry, ns.sgid_field, ns.timer_on_w, ns.w_any = sel, sgid_entry, sgid_field, timer_on_w, w_any
+        ns.w_bits, ns.w_have, ns.w_hs, ns.w_mask, ns.w_op = w_bits, w_have, w_hs, w_mask, w_op
 
+    def _write_commit(self, m, ns):
+        """Write channel: the actions that may wait, the commit of a write, the plain RW registers."""
+        aw_have, aw_hs, aw_sgid, aw_word, b_valid = ns.aw_have, ns.aw_hs, ns.aw_sgid, ns.aw_word, ns.b_valid
+        bus, sel, store, w_any, w_bits, w_have = ns.bus, ns.sel, ns.store, ns.w_any, ns.w_bits, ns.w_have
+        w_hs, w_mask, w_op = ns.w_hs, ns.w_mask, ns.w_op
         # The write actions that may wait, decided as the AW and W halves arrive.
         db_act = Signal()
         cq_act = Signal()
@@ -337,8 +366,13 @@ class RegisterBlock(wiring.Component):
                 for lo in range(0, reg.width, 8):
                     with m.If(wr[reg.name] & w_mask[lo]):
                         m.d.sync += r[lo:lo + 8].eq(w_bits[lo:min(lo + 8, reg.width)])
+        ns.cmd_act, ns.cmd_busy, ns.cmd_valid, ns.cq_act, ns.cq_fifo = cmd_act, cmd_busy, cmd_valid, cq_act, cq_fifo
+        ns.db_act, ns.db_fifo, ns.go, ns.sgid_clearing, ns.wr = db_act, db_fifo, go, sgid_clearing, wr
 
-        # --- doorbells ------------------------------------------------------------------------------
+    def _doorbells(self, m, ns):
+        """Doorbell FIFOs and the one-entry QP context cache command register."""
+        cmd_act, cmd_busy, cmd_valid, cq_act, cq_fifo = ns.cmd_act, ns.cmd_busy, ns.cmd_valid, ns.cq_act, ns.cq_fifo
+        db_act, db_fifo, go, store, value, w_bits = ns.db_act, ns.db_fifo, ns.go, ns.store, ns.value, ns.w_bits
         m.d.comb += [
             db_fifo.w_en.eq(go & db_act),
             db_fifo.w_data.eq(Cat(store["DB_QPN"], w_bits[:16])),
@@ -360,7 +394,12 @@ class RegisterBlock(wiring.Component):
             m.d.sync += cmd_valid.eq(0)
         with m.If(go & cmd_act & ~cmd_busy):
             m.d.sync += [cmd_valid.eq(1), cmd.op.eq(w_bits[:2]), cmd.qpn.eq(store["QPC_CMD_QPN"])]
+        ns.db_push = db_push
 
+    def _interrupt_moderation(self, m, ns):
+        """Counter strobes registered; interrupt moderation (count and timer)."""
+        count_le1_w, mod_count, mod_count_w, mod_timer = ns.count_le1_w, ns.mod_count, ns.mod_count_w, ns.mod_timer
+        timer_on_w, wr = ns.timer_on_w, ns.wr
         # The engine's counter strobes are registered on the way in, so the counters' adders start
         # from flip-flops: the counters follow by one clock, and so does STATUS.idle, which thus
         # never shows before they have caught up. cqe_written is not (CQ events are timed to the
@@ -411,8 +450,13 @@ class RegisterBlock(wiring.Component):
             m.d.sync += [tmr.eq(tmr - 1), tmr_zero.eq(tmr == 1)]
         with m.Elif(self.cqe_written | pend_nz):
             m.d.sync += [tmr_run.eq(1), tmr.eq(mod_timer - 1), tmr_zero.eq(mod_timer == 1)]
+        ns.cq_event, ns.idle, ns.inc = cq_event, idle, inc
 
-        # --- errors (EngineModel._error), software write first ---------------------------------------
+    def _errors_status_counters(self, m, ns):
+        """Errors (as ``EngineModel._error``, the software write first), INT_STATUS, ``irq``, STATUS, counters."""
+        bus, cmd_valid, cq_event, cq_fifo, db_fifo = ns.bus, ns.cmd_valid, ns.cq_event, ns.cq_fifo, ns.db_fifo
+        db_push, idle, inc, store, value, w_bits = ns.db_push, ns.idle, ns.inc, ns.store, ns.value, ns.w_bits
+        w_have, w_hs, wr = ns.w_have, ns.w_hs, ns.wr
         err_status = store["ERR_STATUS"]
         es = Signal.like(err_status, name="err_status_after_write")
         m.d.comb += es.eq(Mux(wr["ERR_STATUS"], err_status & ~w_bits[:len(err_status)], err_status))
@@ -423,7 +467,7 @@ class RegisterBlock(wiring.Component):
         err_zero = Signal(init=1)                             # ERR_STATUS == 0
         err_covered = Signal()                                # ... after a W1C write of the W held
         es_zero = Mux(wr["ERR_STATUS"], err_covered, err_zero)
-        w_bits_next = Mux(w_hs, bus.wdata & bytes_mask(bus.wstrb), w_bits)[:len(err_status)]
+        w_bits_next = Mux(w_hs, bus.wdata & _bytes_mask(bus.wstrb), w_bits)[:len(err_status)]
         m.d.sync += [
             err_status.eq(es | err_onehot),
             err_zero.eq(es_zero & ~err_ok),
@@ -456,7 +500,10 @@ class RegisterBlock(wiring.Component):
             else:                                    # a late strobe selects, it does not add
                 m.d.sync += c.eq(Mux(step, c + 1, c))
 
-        # --- SGID table: one memory per field, 16 entries, byte-writable ------------------------------
+    def _sgid_table(self, m, ns):
+        """The SGID table: one memory per field, 16 entries, byte-writable, cleared after reset."""
+        bus, go, sgid_clearing, sgid_entry, sgid_field = ns.bus, ns.go, ns.sgid_clearing, ns.sgid_entry, ns.sgid_field
+        w_bits, w_mask = ns.w_bits, ns.w_mask
         # Each has one read port (LUT RAM has one read port per copy): the bus's address in the clock
         # of an AR handshake, loading the bus's register (which holds until the next read), else
         # sgid_index, loading the engine's. After reset the table is written with zeros, one entry
@@ -488,8 +535,12 @@ class RegisterBlock(wiring.Component):
             with m.Else():
                 m.d.sync += eng_q.eq(rp.data)
             eng_rd[field], bus_rd[field] = eng_q, bus_q
+        ns.ar, ns.bus_rd, ns.eng_rd, ns.r_valid = ar, bus_rd, eng_rd, r_valid
 
-        # --- read channel -------------------------------------------------------------------------------
+    def _read_channel(self, m, ns):
+        """Read channel: one registered word per 8-word bank, and the SGID field; ``rdata`` their OR."""
+        ar, bus, bus_rd, r_valid, sgid_clearing = ns.ar, ns.bus, ns.bus_rd, ns.r_valid, ns.sgid_clearing
+        value = ns.value
         # Two steps: at the AR handshake each 8-word bank registers its word selected by araddr[4:2]
         # and a flag whether araddr is in the bank, the SGID read ports their entry and a one-hot
         # flag the SGID field; rdata is the OR of the flagged bank and field (none: 0).
@@ -524,7 +575,9 @@ class RegisterBlock(wiring.Component):
             rdata = rdata | Mux(r_field[k], bus_rd[field], 0)
         m.d.comb += bus.rdata.eq(rdata)
 
-        # --- configuration outputs ------------------------------------------------------------------------
+    def _outputs(self, m, ns):
+        """Configuration outputs and the SGID table port."""
+        eng_rd, store = ns.eng_rd, ns.store
         m.d.comb += [
             self.enable.eq(store["CONTROL"][0]),
             self.qpc_base.eq(Cat(store["QPC_BASE_LO"], store["QPC_BASE_HI"])),
@@ -544,4 +597,3 @@ class RegisterBlock(wiring.Component):
             self.sgid_vlan_id.eq(eng_rd["VLAN"][:12]),
             self.sgid_vlan_present.eq(eng_rd["VLAN"][31]),
         ]
-        return m
