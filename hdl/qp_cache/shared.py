@@ -38,7 +38,7 @@ class Shared:
     def _storage(self):
         m, E, W, S, tw = self.m, self.E, self.W, self.S, self.tw
         # LUT RAM (143 TRELLIS_DPR16X4). In block RAM (18 DP16KD) its 5.6 ns clock-to-output
-        # starts s2's update: in block RAM it cost the whole engine about 15 % of its Fmax (docs/history.md).
+        # starts s2's update and cost the whole engine about 15 % of its Fmax (docs/history.md).
         m.submodules.data_mem = data_mem = Memory(shape=unsigned(CACHED_BITS), depth=E, init=[])
         self.wp = data_mem.write_port()
         self.rp = data_mem.read_port()       # not transparent: see fwd_rec
