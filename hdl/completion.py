@@ -59,6 +59,31 @@ class CqeWriter(wiring.Component):
         Error reports, at most one per clock.
     inc_cqe_count, inc_cqe_drops, inc_bus_errors, cqe_written : Out(1)
         One-clock strobes for the counters and the interrupt moderation.
+
+    FSM
+    ---
+    X-AW / X-W / X-B are one write burst (address, data beats, response); a bus error in X-B is
+    reported (BUS_CQ) and goes where the row says.
+
+    | State | Entered from | Leaves to | Waits for |
+    |---|---|---|---|
+    | Idle | reset, Done | Check-CQN | a command |
+    | Check-CQN | Idle | Read-AR; Done (SET_CI, bad CQN); Drop (CQE, bad CQN) | one clock |
+    | Read-AR | Check-CQN | Read-R | ``arready`` |
+    | Read-R | Read-AR | Read-Check | the context's 2 beats |
+    | Read-Check | Read-R | SetCI-AW; CQE-AW; Full-AW (ring full); Drop or Done (bus error, bad CQ) | one clock |
+    | SetCI-AW..B | Read-Check | Done | the write |
+    | Full-AW..B | Read-Check | Full-Report | the write (state ERROR) |
+    | Full-Report | Full-B | Drop | one clock (CQ_OVERFLOW) |
+    | CQE-AW..B | Read-Check | CQE-Ok; CQE-Failed (bus error) | the CQE's 4 beats |
+    | CQE-Failed | CQE-B | Bad-AW | one clock |
+    | Bad-AW..B | CQE-Failed | Drop | the write (state ERROR) |
+    | CQE-Ok | CQE-B | Ctx-AW | one clock (``pi + 1``) |
+    | Ctx-AW..B | CQE-Ok | Written; Drop (bus error) | the write |
+    | Written | Ctx-B | Overflow-Report (last slot); Done | one clock |
+    | Overflow-Report | Written | Done | one clock (the QP must go to ERROR) |
+    | Drop | Check-CQN, Read-Check, Full-Report, Bad-B, Ctx-B | Done | one clock (CQE_DROPPED) |
+    | Done | Check-CQN, Read-Check, SetCI-B, Written, Overflow-Report, Drop | Idle | ``done`` taken |
     """
 
     def __init__(self):
