@@ -1,4 +1,4 @@
-"""Command line of ``python -m rnic.sim``: ``demo``, ``run``, ``soak``, ``bench``."""
+"""Command line of ``python -m rnic.sim``: ``demo``, ``run``, ``soak``, ``soak-report``, ``bench``."""
 
 from __future__ import annotations
 
@@ -76,36 +76,21 @@ def _cmd_run(args) -> int:
 
 
 def _cmd_soak(args) -> int:
-    from .rtl import run_workloads
-    from .scenario import random_workload
-    config = config_from_args(args)
-    rng = random.Random(args.seed)
-    runs, clocks, batch = [], 0, 0
-    out = Path(args.out) if args.out else None
-    if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-    big = args.cycles >= 1_000_000          # short soaks use workloads of a few thousand clocks
-    while clocks < args.cycles:
-        work = []
-        for _ in range(args.batch):
-            nqps = min(rng.choice([1, 4, 16, 40, 100, 256] if big else [1, 2, 4, 8]), config.max_qps)
-            w = random_workload(rng, nqps=nqps, wqes=max(2, 64 // nqps) if big else 3,
-                                max_len=rng.choice([4096, 1 << 16] if big else [512, 4096]))
-            work.append((w, {"latency": (1, rng.choice([20, 200, 500] if big else [20, 100])),
-                             "pause": rng.choice([0.0, 0.2]), "sink_pause": rng.choice([0.0, 0.3]),
-                             "timeout": 2_000_000 if not big else 100_000_000}))
-        batch += 1
-        new = run_workloads(work, seed=rng.randrange(1 << 30), config=config,
-                            log=out / "sim.log" if out else None, status=_status)
-        runs += new
-        clocks += sum(r.clocks for r in new)
-        frames = sum(len(r.frames) for r in runs)
-        bad = sum(len(r.mismatches) for r in runs)
-        _status(f"soak: batch {batch}, {clocks:,} clocks, {frames:,} frames checked, {bad} mismatches")
-        if bad:
-            break
-    print(f"soak seed {args.seed}: {clocks} clocks simulated, {len(runs)} workloads")
-    return _report(runs, None)
+    from .soak import SoakPlan, run_soak, summary_path
+    plan = SoakPlan.from_args(args, config_from_args(args))
+    result = run_soak(plan, status=_status)
+    print(result.headline())
+    code = _report(result.runs, None)
+    for f in result.to_dict()["failures"]:
+        print(f"rerun workload {f['index']}: {f['rerun']}", file=sys.stderr)
+    if plan.out is not None:
+        print(f"summary: {summary_path(plan)}")
+    return code
+
+
+def _cmd_soak_report(args) -> int:
+    from .soak import report_main
+    return report_main(args.paths)
 
 
 def _cmd_bench(args) -> int:
@@ -150,13 +135,25 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--waves", metavar="FILE.fst", help="also write an FST waveform")
     add_config_arguments(run)       # over the scenario's [config]
     run.set_defaults(func=_cmd_run)
-    soak = sub.add_parser("soak", help="random traffic on the RTL until --cycles clocks, scoreboard on")
-    soak.add_argument("--cycles", type=int, default=200_000, help="clocks to simulate at least (default 200000)")
+    soak = sub.add_parser("soak", help="random traffic on the RTL until --cycles clocks, scoreboard on",
+                          description="Random workloads on the RTL, checked against the golden model. Workload i "
+                                      "has its own seed, derived from --seed and i (docs/simulation.md).")
+    soak.add_argument("--cycles", type=int, help="clocks to simulate at least, split evenly over the shards "
+                                                 "(default 200000)")
+    soak.add_argument("--workloads", type=int, metavar="M", help="run workloads 0 .. M-1 (over all shards)")
     soak.add_argument("--seed", type=int, default=1)
+    soak.add_argument("--recipe", choices=("small", "big"),
+                      help="workload sizes (default: big from --cycles 1000000 on, else small)")
     soak.add_argument("--batch", type=int, default=4, help="workloads per simulator launch (default 4)")
-    soak.add_argument("--out", metavar="DIR", help="folder for sim.log")
+    soak.add_argument("--jobs", type=int, default=1, help="simulator processes at once, sharing one build (default 1)")
+    soak.add_argument("--shard", metavar="K/N", help="run only shard K of N (K from 1): workloads i with i %% N == K-1")
+    soak.add_argument("--only", metavar="I[,I...]", help="run just these workload indices (the rerun of a failure)")
+    soak.add_argument("--out", metavar="DIR", help="folder for the JSON summary and sim.log (sim-job<j>.log per job)")
     add_config_arguments(soak)
     soak.set_defaults(func=_cmd_soak)
+    report = sub.add_parser("soak-report", help="merge soak summaries (soak-*.json) of shards, jobs and machines")
+    report.add_argument("paths", nargs="+", metavar="DIR|FILE", help="summary files, or folders searched for them")
+    report.set_defaults(func=_cmd_soak_report)
     bench = sub.add_parser("bench", help="efficiency, message rate, latency, fairness and simulation speed; "
                                          "CSV, report.md and PNG plots")
     bench.add_argument("--out", required=True, metavar="DIR", help="folder for the CSVs, report.md, results.json, PNGs")
