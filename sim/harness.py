@@ -21,7 +21,7 @@ from . import tb as _tb
 from .scenario import CHECKED_REGS, MEM_SIZE, compare, expected
 from .tb import set_pause
 
-__all__ = ["CLOCK_NS", "clock_now", "HostRam", "TB", "RunResult", "FrameClock"]
+__all__ = ["CLOCK_NS", "clock_now", "HostRam", "EngineHarness", "TB", "RunResult", "FrameClock"]
 
 CLOCK_NS = _tb.CLK_NS
 
@@ -105,90 +105,49 @@ class HostRam:
         return self.ram.read(addr, n)
 
 
-class TB:
-    """One ``Rnic`` DUT. Its configuration (which the model must share) comes from ``$RNIC_CONFIG``
-    (:meth:`rnic.model.config.RnicConfig.from_env`), set by whoever built it; the datapath width
-    read off the frame port must agree with it."""
-
-    def __init__(self, dut, seed: int):
-        from cocotbext.axi import AxiLiteBus, AxiLiteMaster, AxiStreamBus, AxiStreamSink
-        self.dut = dut
-        self.config = RnicConfig.from_env()
-        self.width = len(dut.m_axis__tdata)
-        assert self.width == self.config.width, (
-            f"the DUT's frame port is {self.width} bits, $RNIC_CONFIG says width {self.config.width}")
-        self.reseed(seed)
-        _tb.start_clock(dut, CLOCK_NS)
-        for name in ("s_axil", "m_axis"):
-            logging.getLogger(f"cocotb.{dut._name}.{name}").setLevel(logging.WARNING)
-        self.axil = AxiLiteMaster(AxiLiteBus.from_prefix(dut, "s_axil", bus_separator="__"), dut.clk, dut.rst)
-        self.sink = AxiStreamSink(AxiStreamBus.from_prefix(dut, "m_axis", bus_separator="__"), dut.clk, dut.rst)
-        self.ram = HostRam(dut, self.rng)
+class EngineHarness:
+    """Runs a workload on one ``Rnic`` DUT from reset and compares it with the golden model, over the
+    primitives each way of driving the DUT implements: :class:`TB` (cocotbext-axi models in Python)
+    and :class:`rnic.sim.fast_harness.FastTB` (bus models inside the simulator). Subclasses set
+    ``config``, ``width``, ``seed``, ``rng`` and ``regs``."""
 
     def reseed(self, seed: int):
         self.seed = seed
         self.rng = random.Random(seed)
         self.dut._log.info("seed %d (rerun with RNIC_SEED=%d)", seed, seed)
 
-    async def reset(self):
-        await _tb.reset(self.dut, 4, after=2)
-
-    def backpressure(self, p: float):
-        set_pause(self.sink, p, self.rng)
-
     async def read_reg(self, name: str) -> int:
-        return await self.axil.read_dword(REG[name].offset)
+        return await self.read_offset(REG[name].offset)
 
     async def execute(self, w, *, latency=(0, 0), pause=0.0, sink_pause=0.0, timeout=2_000_000, fixed_latency=0,
                       settle=0, skip_regs=(), progress=None) -> RunResult:
         """Run workload ``w`` on the RTL from reset and compare it with the model.
         ``settle`` clocks are waited after idle (interrupt timer); ``skip_regs`` are not compared;
         ``progress(clocks)`` is called while the engine runs."""
-        dut = self.dut
-        self.ram.rng = self.rng
-        self.ram.load(w.mem, latency, pause, fixed_latency)
-        self.backpressure(sink_pause)
-        await self.reset()
-        while not self.sink.empty():
-            self.sink.recv_nowait()
+        await self.start(w.mem, latency=latency, pause=pause, sink_pause=sink_pause, fixed_latency=fixed_latency)
         model = expected(w, self.config)
-        for offset, value in w.writes:
-            await self.axil.write_dword(offset, value)
-        clocks = 0
-        while not (await self.read_reg("STATUS")) & 1:
-            await ClockCycles(dut.clk, 50)
-            clocks += 50
-            if progress is not None:
-                progress(clocks)
-            if clocks >= timeout:
-                raise TimeoutError(f"seed {self.seed}: engine not idle after {timeout} clocks")
+        await self.write_regs(w.writes)
+        clocks = await self.wait_idle(timeout, progress)
         self.clocks = clocks
-        await ClockCycles(dut.clk, settle)
-        await self.axil.write_dword(REG["QPC_CMD"].offset, 2)          # FLUSH
-        while (await self.read_reg("QPC_CMD_STATUS")) & 1:
-            await ClockCycles(dut.clk, 10)
+        await self.wait_clocks(settle)
+        await self.write_regs([(REG["QPC_CMD"].offset, 2)])          # FLUSH
+        await self.wait_qpc_command()
         assert (await self.read_reg("QPC_CMD_STATUS")) >> 1 == 0, "QPC FLUSH failed"
-        frames, aborted = [], 0
-        while not self.sink.empty():
-            f = self.sink.recv_nowait()
-            user = f.tuser[-1] if isinstance(f.tuser, list) else f.tuser
-            if user:
-                aborted += 1
-            else:
-                frames.append(bytes(f.tdata))
+        frames, aborted = self.take_frames()
         beats = sum(-(-len(f) // (self.width // 8)) for f in frames)
         regs = {name: await self.read_reg(name) for name in CHECKED_REGS if name not in skip_regs}
         self.regs = {name: await self.read_reg(name) for name in CHECKED_REGS}
-        mismatches = compare(w, model, frames, self.ram.read, regs)
+        mismatches = compare(w, model, frames, self.read_mem, regs)
         mismatches += await self.check_qpc_counters(model)
         status = await self.read_reg("STATUS")
-        if bool(status >> 1 & 1) != bool(int(dut.irq.value)):
-            mismatches.append(f"irq pin {int(dut.irq.value)} but STATUS.IRQ {status >> 1 & 1}")
+        irq = self.irq()
+        if bool(status >> 1 & 1) != bool(irq):
+            mismatches.append(f"irq pin {irq} but STATUS.IRQ {status >> 1 & 1}")
         want_irq = bool(model.reg("INT_STATUS") & model.reg("INT_ENABLE"))
-        if "INT_STATUS" not in skip_regs and want_irq != bool(int(dut.irq.value)):
-            mismatches.append(f"irq pin {int(dut.irq.value)}, model {int(want_irq)}")
-        dut._log.info("seed %d: %d frames, %d aborted, %d CQEs, %d clocks to idle", self.seed, len(frames), aborted,
-                      len(model.cqes), clocks)
+        if "INT_STATUS" not in skip_regs and want_irq != bool(irq):
+            mismatches.append(f"irq pin {irq}, model {int(want_irq)}")
+        self.dut._log.info("seed %d: %d frames, %d aborted, %d CQEs, %d clocks to idle", self.seed, len(frames),
+                           aborted, len(model.cqes), clocks)
         return RunResult(model, frames, aborted, mismatches, clocks, beats, dict(self.regs))
 
     async def check_qpc_counters(self, model) -> list[str]:
@@ -212,6 +171,85 @@ class TB:
         r = await self.execute(w, **kw)
         assert not r.mismatches, f"seed {self.seed}: RTL differs from the model:\n  " + "\n  ".join(r.mismatches)
         return r.model
+
+
+class TB(EngineHarness):
+    """One ``Rnic`` DUT driven by cocotbext-axi: host memory in an AxiRam, registers through an
+    AxiLiteMaster, frames into an AxiStreamSink, all running in Python every clock. Its configuration
+    (which the model must share) comes from ``$RNIC_CONFIG``
+    (:meth:`rnic.model.config.RnicConfig.from_env`), set by whoever built it; the datapath width
+    read off the frame port must agree with it."""
+
+    def __init__(self, dut, seed: int):
+        from cocotbext.axi import AxiLiteBus, AxiLiteMaster, AxiStreamBus, AxiStreamSink
+        self.dut = dut
+        self.config = RnicConfig.from_env()
+        self.width = len(dut.m_axis__tdata)
+        assert self.width == self.config.width, (
+            f"the DUT's frame port is {self.width} bits, $RNIC_CONFIG says width {self.config.width}")
+        self.reseed(seed)
+        _tb.start_clock(dut, CLOCK_NS)
+        for name in ("s_axil", "m_axis"):
+            logging.getLogger(f"cocotb.{dut._name}.{name}").setLevel(logging.WARNING)
+        self.axil = AxiLiteMaster(AxiLiteBus.from_prefix(dut, "s_axil", bus_separator="__"), dut.clk, dut.rst)
+        self.sink = AxiStreamSink(AxiStreamBus.from_prefix(dut, "m_axis", bus_separator="__"), dut.clk, dut.rst)
+        self.ram = HostRam(dut, self.rng)
+
+    async def reset(self):
+        await _tb.reset(self.dut, 4, after=2)
+
+    def backpressure(self, p: float):
+        set_pause(self.sink, p, self.rng)
+
+    async def read_offset(self, offset: int) -> int:
+        return await self.axil.read_dword(offset)
+
+    async def start(self, mem, *, latency, pause, sink_pause, fixed_latency):
+        self.ram.rng = self.rng
+        self.ram.load(mem, latency, pause, fixed_latency)
+        self.backpressure(sink_pause)
+        await self.reset()
+        while not self.sink.empty():
+            self.sink.recv_nowait()
+
+    async def write_regs(self, writes):
+        for offset, value in writes:
+            await self.axil.write_dword(offset, value)
+
+    async def wait_idle(self, timeout, progress) -> int:
+        clocks = 0
+        while not (await self.read_reg("STATUS")) & 1:
+            await ClockCycles(self.dut.clk, 50)
+            clocks += 50
+            if progress is not None:
+                progress(clocks)
+            if clocks >= timeout:
+                raise TimeoutError(f"seed {self.seed}: engine not idle after {timeout} clocks")
+        return clocks
+
+    async def wait_clocks(self, n: int):
+        await ClockCycles(self.dut.clk, n)
+
+    async def wait_qpc_command(self):
+        while (await self.read_reg("QPC_CMD_STATUS")) & 1:
+            await ClockCycles(self.dut.clk, 10)
+
+    def take_frames(self) -> tuple[list[bytes], int]:
+        frames, aborted = [], 0
+        while not self.sink.empty():
+            f = self.sink.recv_nowait()
+            user = f.tuser[-1] if isinstance(f.tuser, list) else f.tuser
+            if user:
+                aborted += 1
+            else:
+                frames.append(bytes(f.tdata))
+        return frames, aborted
+
+    def read_mem(self, addr: int, n: int) -> bytes:
+        return self.ram.read(addr, n)
+
+    def irq(self) -> int:
+        return int(self.dut.irq.value)
 
 
 class RtlDevice:

@@ -18,7 +18,7 @@ from ..model.descriptor import LinkMode
 from ..model.pcap import write_pcap_for_mode
 from ..model.wqe import CqeStatus
 
-__all__ = ["RtlRun", "rtl_key", "run_workloads", "write_pcaps", "summary"]
+__all__ = ["RtlRun", "rtl_key", "ensure_build", "run_workloads", "write_pcaps", "summary"]
 
 _BUILDS = {}        # one build check per process (converting the design takes seconds)
 
@@ -46,22 +46,40 @@ def rtl_key(config: RnicConfig) -> str:
     return f"rnic-{config.key()}"
 
 
-def run_workloads(workloads, *, seed: int = 1, config: RnicConfig = RnicConfig(),
-                  waves: Path | None = None, log: Path | None = None, status=print) -> list[RtlRun]:
-    """``workloads``: a list of ``(Workload, options for TB.execute)``, run on the ``Rnic`` of
-    ``config``. The simulator's output goes to ``log``; ``status(text)`` gets progress lines."""
+def ensure_build(config: RnicConfig = RnicConfig(), *, waves: bool = False, fast: bool = True, status=print):
+    """The Verilator build the runs of ``config`` use (a :class:`rnic.sim.toolchain.Build`): the fast
+    top ``rnic_sim`` (:mod:`rnic.sim.sim_top`) or, with ``fast=False``, the bare ``rnic`` for the
+    cocotbext-axi harness. Built or found cached once per process, then remembered."""
     from ..hdl.rnic import Rnic
-    from .toolchain import build, build_dir_for, run_watched
-    key = rtl_key(config)
-    b = _BUILDS.get((key, waves is not None))
+    from .sim_top import SIM_TOP, build_sim_top, sim_key
+    from .toolchain import build, build_dir_for
+    key = sim_key(config) if fast else rtl_key(config)
+    b = _BUILDS.get((key, waves))
     if b is None:
-        fresh = not (build_dir_for(key, waves is not None) / "rnic").exists()
+        fresh = not (build_dir_for(key, waves) / (SIM_TOP if fast else "rnic")).exists()
         status(f"building the RTL with Verilator ({'about a minute, once' if fresh else 'cached'}) ...")
-        b = _BUILDS[key, waves is not None] = build(lambda: Rnic(config), "rnic", key,
-                                                     waves=waves is not None)
+        b = _BUILDS[key, waves] = (build_sim_top(config, waves) if fast
+                                   else build(lambda: Rnic(config), "rnic", key, waves=waves))
+    return b
+
+
+def run_workloads(workloads, *, seed: int = 1, config: RnicConfig = RnicConfig(), fast: bool = True,
+                  waves: Path | None = None, log: Path | None = None, status=print,
+                  isolated: bool = False) -> list[RtlRun]:
+    """``workloads``: a list of ``(Workload, options for TB.execute)``, run on the ``Rnic`` of
+    ``config``: on the fast top, or with ``fast=False`` under cocotbext-axi bus models. The
+    simulator's output goes to ``log``; ``status(text)`` gets progress lines.
+    ``isolated``: run the simulator in a temporary folder with the build's binary linked in, not in
+    the build folder, so several processes can simulate one build at once (cocotb writes its
+    ``results.xml`` where the simulator runs)."""
+    from .toolchain import Build, run_watched
+    b = ensure_build(config, waves=waves is not None, fast=fast, status=status)
     with tempfile.TemporaryDirectory() as tmp:
+        if isolated and waves is None:
+            (Path(tmp) / b.toplevel).symlink_to(b.build_dir / b.toplevel)
+            b = Build(Path(tmp), b.toplevel, b.waves)
         job, result, progress = Path(tmp) / "job.pkl", Path(tmp) / "result.pkl", Path(tmp) / "progress"
-        job.write_bytes(pickle.dumps({"seed": seed, "workloads": list(workloads)}))
+        job.write_bytes(pickle.dumps({"seed": seed, "workloads": list(workloads), "fast": fast}))
         env = {"RNIC_JOB": str(job), "RNIC_RESULT": str(result), "RNIC_PROGRESS": str(progress),
                **config.env()}
         n = len(workloads)

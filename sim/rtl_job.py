@@ -1,7 +1,8 @@
 """cocotb entry point of the CLI's RTL runs (not a test suite).
 
 The host side (:func:`rnic.sim.rtl.run_workloads`) pickles a job to ``$RNIC_JOB``: a seed and a list
-of ``(workload, options)``. Each workload runs on the ``Rnic`` DUT from reset through
+of ``(workload, options)``, and ``fast``: the DUT is the fast top ``rnic_sim``
+(:class:`rnic.sim.fast_harness.FastTB`) rather than ``rnic`` (:class:`rnic.sim.harness.TB`). Each workload runs on the ``Rnic`` DUT from reset through
 :meth:`rnic.sim.harness.TB.execute`; the results are pickled to ``$RNIC_RESULT``.
 """
 
@@ -30,7 +31,11 @@ def _progress(path: Path | None, done_before: int, index: int):
 @cocotb.test()
 async def run_job(dut):
     job = pickle.loads(Path(os.environ["RNIC_JOB"]).read_bytes())
-    tb = TB(dut, job["seed"])
+    if job.get("fast", False):
+        from .fast_harness import FastTB
+        tb = FastTB(dut, job["seed"])
+    else:
+        tb = TB(dut, job["seed"])
     progress = Path(os.environ["RNIC_PROGRESS"]) if os.environ.get("RNIC_PROGRESS") else None
     out, total = [], 0
     for i, (w, opts) in enumerate(job["workloads"]):

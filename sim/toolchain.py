@@ -72,12 +72,18 @@ def build_dir_for(key: str, waves: bool = False, opt: str | None = None) -> Path
     return build_root() / (key + ("-waves" if waves else "") + (f"-{opt[1:]}" if opt else ""))
 
 
-def build(component_factory, toplevel: str, key: str, *, waves: bool = False, opt: str | None = None) -> Build:
+def build(component_factory, toplevel: str, key: str, *, waves: bool = False, opt: str | None = None,
+          top: str | None = None, extra_sources: dict[str, str] | None = None, cpp: list[Path] = (),
+          public: bool = True) -> Build:
     """Convert ``component_factory()`` and build it with Verilator, reusing an identical earlier build.
 
     ``key`` names the configuration (e.g. ``"crc32-w64"``); it becomes the folder name, so distinct
     configurations never overwrite each other. ``opt`` (one ``-O`` flag) replaces Verilator's ``-Os``
-    for the generated C++.
+    for the generated C++. A wrapper around the design: ``extra_sources`` (file name: Verilog text)
+    with its module ``top`` as the simulation's top level, and ``cpp`` files compiled into the
+    simulator (DPI-C; their symbols are exported for ctypes). ``public=False`` drops the runner's
+    ``--public-flat-rw``, which makes every signal reachable from cocotb and the model about ten
+    times slower: then cocotb sees only the signals the sources mark ``/*verilator public_flat_rw*/``.
     """
     if opt is not None and (not opt.startswith("-O") or " " in opt):
         raise ValueError(f"opt must be one -O flag such as -O0, not {opt!r}")
@@ -91,24 +97,46 @@ def build(component_factory, toplevel: str, key: str, *, waves: bool = False, op
     build_args = ["-Wno-fatal", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC", "-O3", "--assert"]
     if waves:
         build_args += ["--trace-fst", "--trace-structs"]
-    digest = hashlib.sha256((src + repr(build_args)).encode()).hexdigest()
+    extra = dict(extra_sources or {})
+    cpp_text = "".join(Path(c).read_text() for c in cpp)
+    if cpp:
+        build_args += ["-LDFLAGS", "-rdynamic", *[str(Path(c).resolve()) for c in cpp]]
+    sim_top = top or toplevel
+    digest = hashlib.sha256((src + repr(build_args) + repr(public) + repr(sorted(extra.items())) + cpp_text).encode()).hexdigest()
     stamp = build_dir / "source.sha256"
     vfile = build_dir / f"{toplevel}.v"
-    binary = build_dir / toplevel
+    binary = build_dir / sim_top
     if stamp.exists() and stamp.read_text() == digest and binary.exists():
-        return Build(build_dir, toplevel, waves)
+        return Build(build_dir, sim_top, waves)
     vfile.write_text(src)
+    sources = [vfile]
+    for name, text in extra.items():
+        (build_dir / name).write_text(text)
+        sources.append(build_dir / name)
     runner = get_runner("verilator")
+    if not public:
+        _drop_public(runner)
     flags = os.environ["MAKEFLAGS"]
     if opt is not None:
         os.environ["MAKEFLAGS"] = f"{flags} OPT_FAST={opt} OPT_SLOW={opt} OPT_GLOBAL={opt}"
     try:
-        runner.build(sources=[vfile], hdl_toplevel=toplevel, build_dir=build_dir, always=True,
+        runner.build(sources=sources, hdl_toplevel=sim_top, build_dir=build_dir, always=True,
                      build_args=build_args, waves=waves, log_file=build_dir / "build.log")
     finally:
         os.environ["MAKEFLAGS"] = flags
     stamp.write_text(digest)
-    return Build(build_dir, toplevel, waves)
+    return Build(build_dir, sim_top, waves)
+
+
+def _drop_public(runner) -> None:
+    """Make ``runner`` build without ``--public-flat-rw`` (the runner has no option for it)."""
+    build_command = runner._build_command
+
+    def without_public():
+        cmds = build_command()
+        cmds[0] = [a for a in cmds[0] if a != "--public-flat-rw"]
+        return cmds
+    runner._build_command = without_public
 
 
 def run_watched(b: Build, test_module: str, *, poll, interval: float = 0.5,
