@@ -55,7 +55,7 @@ def _cmd_demo(args) -> int:
     w = every_opcode_workload(random.Random(args.seed), payload=text_payload)
     _status("demo: every link mode x service x opcode on the RTL, checked against the golden model")
     runs = run_workloads([(w, {"latency": (1, 40), "pause": 0.1, "sink_pause": 0.2})], seed=args.seed,
-                         config=config_from_args(args),
+                         config=config_from_args(args), fast=not args.cocotbext,
                          waves=Path(args.waves) if args.waves else None, log=out / "sim.log", status=_status)
     code = _report(runs, out)
     if code == 0:
@@ -70,7 +70,8 @@ def _cmd_run(args) -> int:
     sc = load_scenario(args.scenario)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    runs = run_workloads([(sc.workload, sc.options)], seed=sc.seed, config=config_from_args(args, sc.config), waves=Path(args.waves) if args.waves else None,
+    runs = run_workloads([(sc.workload, sc.options)], seed=sc.seed, config=config_from_args(args, sc.config),
+                         fast=not args.cocotbext, waves=Path(args.waves) if args.waves else None,
                          log=out / "sim.log", status=_status)
     return _report(runs, out)
 
@@ -91,6 +92,11 @@ def _cmd_soak(args) -> int:
 def _cmd_soak_report(args) -> int:
     from .soak import report_main
     return report_main(args.paths)
+
+
+def _cmd_bench_speed(args) -> int:
+    from .bench_speed import main as bench_speed
+    return bench_speed(args)
 
 
 def _cmd_bench(args) -> int:
@@ -118,6 +124,12 @@ def _cmd_bench(args) -> int:
     return 0
 
 
+def _add_path_argument(parser) -> None:
+    parser.add_argument("--cocotbext", action="store_true",
+                        help="drive the engine with cocotbext-axi bus models in Python, every clock (about 25 times "
+                             "slower than the default, where they run inside the simulator)")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m rnic.sim", description="rnic simulation tools")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -127,12 +139,14 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("--waves", metavar="FILE.fst", help="also write an FST waveform")
     demo.add_argument("--model-only", action="store_true",
                       help="no RTL: the golden model's catalogue of all 38 opcodes per mode")
+    _add_path_argument(demo)
     add_config_arguments(demo)
     demo.set_defaults(func=_cmd_demo)
     run = sub.add_parser("run", help="run a scenario file (JSON or TOML, docs/simulation.md) on the RTL")
     run.add_argument("scenario", help="scenario file")
     run.add_argument("--out", required=True, metavar="DIR", help="folder for the pcap files and sim.log")
     run.add_argument("--waves", metavar="FILE.fst", help="also write an FST waveform")
+    _add_path_argument(run)
     add_config_arguments(run)       # over the scenario's [config]
     run.set_defaults(func=_cmd_run)
     soak = sub.add_parser("soak", help="random traffic on the RTL until --cycles clocks, scoreboard on",
@@ -149,6 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     soak.add_argument("--shard", metavar="K/N", help="run only shard K of N (K from 1): workloads i with i %% N == K-1")
     soak.add_argument("--only", metavar="I[,I...]", help="run just these workload indices (the rerun of a failure)")
     soak.add_argument("--out", metavar="DIR", help="folder for the JSON summary and sim.log (sim-job<j>.log per job)")
+    _add_path_argument(soak)
     add_config_arguments(soak)
     soak.set_defaults(func=_cmd_soak)
     report = sub.add_parser("soak-report", help="merge soak summaries (soak-*.json) of shards, jobs and machines")
@@ -164,6 +179,15 @@ def main(argv: list[str] | None = None) -> int:
                        help="comma-separated figures to measure (default all; speed is always reported)")
     add_config_arguments(bench)     # --widths sets the width of each run
     bench.set_defaults(func=_cmd_bench)
+    speed = sub.add_parser("bench-speed", help="simulation speed: clocks/s on the cocotbext-axi path, the fast path "
+                                               "and the ceiling (docs/simulation.md)")
+    speed.add_argument("--widths", help="datapath widths in bits, comma-separated (default: the configuration's)")
+    speed.add_argument("--workloads", default="demo,send-64k,qps-256", help="comma-separated (default all three)")
+    speed.add_argument("--paths", default="cocotbext,fast", help="cocotbext, fast or both (default both)")
+    speed.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
+    speed.add_argument("--out", metavar="DIR", help="also write speed.md and speed.json here")
+    add_config_arguments(speed)
+    speed.set_defaults(func=_cmd_bench_speed)
     args = parser.parse_args(argv)
     try:
         return args.func(args)

@@ -13,12 +13,11 @@ from cocotb.triggers import First, Timer
 
 from ..model.config import RnicConfig
 from ..model.regs import REG
-from . import tb as _tb
-from .harness import CLOCK_NS, EngineHarness
+from .harness import CLOCK_NS, EngineHarness, FrameTimes
 from .scenario import MEM_SIZE
 from .sim_top import HostBus
 
-__all__ = ["FastTB", "FastDevice"]
+__all__ = ["FastTB", "FastDevice", "FastFrameClock"]
 
 POLL_CLOCKS = 16        # STATUS is read this often while waiting for idle
 
@@ -33,7 +32,6 @@ class FastTB(EngineHarness):
         self.bus = HostBus()
         self.bus.configure(MEM_SIZE, seed)
         self.reseed(seed)
-        _tb.start_clock(dut, CLOCK_NS)
 
     def now(self) -> int:
         """The clock edges since the simulation started."""
@@ -112,6 +110,30 @@ class FastTB(EngineHarness):
 
     def irq(self) -> int:
         return self.bus.irq()
+
+
+class FastFrameClock(FrameTimes):
+    """:class:`FrameTimes` of a :class:`FastTB`, recorded by the bus models from its creation on
+    (one at a time) and read when asked. ``ar_reads`` also has every AR's (clock, address, beats, id)."""
+
+    def __init__(self, tb: FastTB):
+        self.bus = tb.bus
+        self.bus.watch(1)
+
+    def __getattr__(self, name):
+        if name in ("beats", "gaps", "starts", "ends", "r_beats", "r_stalls"):
+            return self.bus.traces()[name]
+        raise AttributeError(name)
+
+    @property
+    def ars(self):
+        t = self.bus.traces()
+        return list(zip(t["ar_clocks"], t["ar_beats"]))
+
+    @property
+    def ar_reads(self):
+        t = self.bus.traces()
+        return list(zip(t["ar_clocks"], t["ar_addrs"], t["ar_beats"], t["ar_ids"]))
 
 
 class FastDevice:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import random
+import time
 from dataclasses import dataclass, field
 
 import cocotb
@@ -21,7 +22,7 @@ from . import tb as _tb
 from .scenario import CHECKED_REGS, MEM_SIZE, compare, expected
 from .tb import set_pause
 
-__all__ = ["CLOCK_NS", "clock_now", "HostRam", "EngineHarness", "TB", "RunResult", "FrameClock"]
+__all__ = ["CLOCK_NS", "clock_now", "HostRam", "EngineHarness", "TB", "RunResult", "FrameTimes", "FrameClock"]
 
 CLOCK_NS = _tb.CLK_NS
 
@@ -122,12 +123,14 @@ class EngineHarness:
     async def execute(self, w, *, latency=(0, 0), pause=0.0, sink_pause=0.0, timeout=2_000_000, fixed_latency=0,
                       settle=0, skip_regs=(), progress=None) -> RunResult:
         """Run workload ``w`` on the RTL from reset and compare it with the model.
-        ``settle`` clocks are waited after idle (interrupt timer); ``skip_regs`` are not compared;
+        ``self.busy_s`` is left with the wall seconds from the last register write to idle. ``settle`` clocks are waited after idle (interrupt timer); ``skip_regs`` are not compared;
         ``progress(clocks)`` is called while the engine runs."""
         await self.start(w.mem, latency=latency, pause=pause, sink_pause=sink_pause, fixed_latency=fixed_latency)
         model = expected(w, self.config)
         await self.write_regs(w.writes)
+        started = time.perf_counter()
         clocks = await self.wait_idle(timeout, progress)
+        self.busy_s = time.perf_counter() - started
         self.clocks = clocks
         await self.wait_clocks(settle)
         await self.write_regs([(REG["QPC_CMD"].offset, 2)])          # FLUSH
@@ -280,16 +283,11 @@ class RtlDevice:
                 raise TimeoutError(f"seed {self.tb.seed}: engine not idle after {self.timeout} clocks")
 
 
-class FrameClock:
-    """Watches m_axis: the clock of every beat transferred and of every frame's first beat, and
-    every *gap* (a clock inside a frame with ``tready`` high and ``tvalid`` low: a MAC would
-    underrun); and m_axi's read channel: every AR (clock, beats) and every clock R was valid, ready
-    or not."""
-
-    def __init__(self, dut):
-        self.dut, self.beats, self.starts, self.ends, self.gaps = dut, [], [], [], []
-        self.ars, self.r_beats, self.r_stalls = [], [], []   # host-memory read channel, for the benches
-        cocotb.start_soon(self._watch())
+class FrameTimes:
+    """When things happened on m_axis and m_axi, in clocks: every beat transferred (``beats``), every
+    frame's first and last beat (``starts``, ``ends``), every *gap* (a clock inside a frame with
+    ``tready`` high and ``tvalid`` low: a MAC would underrun); every AR (``ars``: clock, beats) and
+    every clock R was valid and ready (``r_beats``) or valid and not ready (``r_stalls``)."""
 
     def read_channel(self, mem_latency: int, first: int = 0) -> dict:
         """Each clock from frame ``first``'s first beat to the last beat, by what the host-memory read
@@ -313,6 +311,15 @@ class FrameClock:
                 counts[kind] += 1
             sent += busy
         return counts
+
+
+class FrameClock(FrameTimes):
+    """:class:`FrameTimes` of a :class:`TB`, watched from Python every clock."""
+
+    def __init__(self, dut):
+        self.dut, self.beats, self.starts, self.ends, self.gaps = dut, [], [], [], []
+        self.ars, self.r_beats, self.r_stalls = [], [], []   # host-memory read channel, for the benches
+        cocotb.start_soon(self._watch())
 
     async def _watch(self):
         d, first = self.dut, True

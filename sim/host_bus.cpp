@@ -88,7 +88,8 @@ struct Sim {
     uint64_t l_wake = 0;                                 // a poll's next read, not before this clock
 
     bool watch = false, mid_frame = false;
-    std::vector<uint64_t> trace[6];                      // beats, gaps, AR clocks, AR beats, R beats, R stalls
+    // beats, gaps, AR clocks, AR beats, R beats, R stalls, AR addresses, AR ids, frame starts, frame ends
+    std::vector<uint64_t> trace[10];
 };
 
 Sim S;
@@ -150,13 +151,18 @@ void take_write_beat(const svBitVecVal* wdata, uint64_t wstrb, bool wlast) {
 }
 
 void take_stream_beat(const svBitVecVal* tdata, uint64_t tkeep, bool tlast, bool tuser) {
-    if (S.partial.empty() && !S.mid_frame)
+    if (!S.mid_frame) {
         S.partial_first = S.clock;
+        if (S.watch)
+            S.trace[8].push_back(S.clock);
+    }
     S.mid_frame = true;
     for (int i = 0; i < S.lanes; i++)
         if (tkeep >> i & 1)
             S.partial.push_back(uint8_t(tdata[i / 4] >> (8 * (i % 4))));
     if (tlast) {
+        if (S.watch)
+            S.trace[9].push_back(S.clock);
         S.frames.push_back({std::move(S.partial), tuser, S.partial_first, S.clock});
         S.partial.clear();
         S.mid_frame = false;
@@ -227,6 +233,8 @@ void rnic_sim_tick(
         if (arvalid && S.arready) {
             S.trace[2].push_back(S.clock);
             S.trace[3].push_back(uint64_t(arlen) + 1);
+            S.trace[6].push_back(uint64_t(araddr));
+            S.trace[7].push_back(uint64_t(arid));
         }
         if (S.rvalid)
             S.trace[rready ? 4 : 5].push_back(S.clock);

@@ -135,6 +135,7 @@ class SoakPlan:
     batch: int = 4
     jobs: int = 1
     out: Path | None = None
+    fast: bool = True                       # the fast top; False: the cocotbext-axi harness
 
     @classmethod
     def from_args(cls, args, config: RnicConfig) -> SoakPlan:
@@ -153,7 +154,8 @@ class SoakPlan:
         recipe = args.recipe or ("big" if cycles is not None and cycles >= BIG_FROM else "small")
         return cls(seed=args.seed, recipe=recipe, config=config, cycles=cycles if only is None else None,
                    workloads=args.workloads, shard=parse_shard(args.shard), only=only, batch=args.batch,
-                   jobs=args.jobs, out=Path(args.out) if args.out else None)
+                   jobs=args.jobs, out=Path(args.out) if args.out else None,
+                   fast=not getattr(args, "cocotbext", False))
 
     @property
     def budget(self) -> int | None:
@@ -182,6 +184,8 @@ class SoakPlan:
                 words += ["--jobs", str(self.jobs)]
             if self.out is not None:
                 words += ["--out", str(self.out)]
+        if not self.fast:
+            words.append("--cocotbext")
         return shlex.join(words + _config_flags(self.config))
 
 
@@ -207,12 +211,12 @@ def _quiet(*_, **__):
 
 
 def _run_batch(seed: int, recipe: str, config: RnicConfig, indices: list[int], log: Path | None,
-               isolated: bool, status=_quiet):
+               isolated: bool, status=_quiet, fast: bool = True):
     """One simulator launch: ``(runs, None)``, or ``(None, error text)`` if the simulation failed."""
     work = [make_workload(seed, i, recipe, config) for i in indices]
     try:
         return rtl.run_workloads(work, seed=batch_seed(seed, indices[0]), config=config, log=log,
-                                 status=status, isolated=isolated), None
+                                 status=status, isolated=isolated, fast=fast), None
     except (RuntimeError, OSError) as err:
         return None, str(err)
 
@@ -231,7 +235,7 @@ def _batch_results(plan: SoakPlan, batches, keep_going, status):
             if not keep_going():
                 return
             yield indices, *_run_batch(plan.seed, plan.recipe, plan.config, indices, _log_for(plan, 1), False,
-                                       status)
+                                       status, plan.fast)
         return
     with concurrent.futures.ProcessPoolExecutor(plan.jobs) as pool:
         running, free, more = {}, list(range(1, plan.jobs + 1)), True
@@ -242,7 +246,8 @@ def _batch_results(plan: SoakPlan, batches, keep_going, status):
                     more = False
                     break
                 slot = free.pop(0)
-                fut = pool.submit(_run_batch, plan.seed, plan.recipe, plan.config, indices, _log_for(plan, slot), True)
+                fut = pool.submit(_run_batch, plan.seed, plan.recipe, plan.config, indices, _log_for(plan, slot), True,
+                                  _quiet, plan.fast)
                 running[fut] = indices, slot
             if not running:
                 return

