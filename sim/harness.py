@@ -5,6 +5,7 @@ runs (:mod:`rnic.sim.rtl_job`); import it only inside a cocotb simulation.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import random
 import time
@@ -36,6 +37,7 @@ class RunResult:
     clocks: int
     beats: int
     regs: dict[str, int] = field(default_factory=dict)
+    memory: str = ""            # SHA-256 of the regions the engine may write (Workload.regions), after the run
 
 
 def clock_now() -> int:
@@ -141,6 +143,7 @@ class EngineHarness:
         regs = {name: await self.read_reg(name) for name in CHECKED_REGS if name not in skip_regs}
         self.regs = {name: await self.read_reg(name) for name in CHECKED_REGS}
         mismatches = compare(w, model, frames, self.read_mem, regs)
+        memory = hashlib.sha256(b"".join(self.read_mem(a, n) for a, n in w.regions)).hexdigest()
         mismatches += await self.check_qpc_counters(model)
         status = await self.read_reg("STATUS")
         irq = self.irq()
@@ -151,7 +154,7 @@ class EngineHarness:
             mismatches.append(f"irq pin {irq}, model {int(want_irq)}")
         self.dut._log.info("seed %d: %d frames, %d aborted, %d CQEs, %d clocks to idle", self.seed, len(frames),
                            aborted, len(model.cqes), clocks)
-        return RunResult(model, frames, aborted, mismatches, clocks, beats, dict(self.regs))
+        return RunResult(model, frames, aborted, mismatches, clocks, beats, dict(self.regs), memory)
 
     async def check_qpc_counters(self, model) -> list[str]:
         """The QP context cache's counters are not modelled exactly (the request order depends on

@@ -35,6 +35,7 @@ class RtlRun:
     cqe_status: list[int]
     regs: dict = field(default_factory=dict)
     width: int = 64
+    memory: str = ""        # SHA-256 of the host-memory regions the engine may write, after the run
 
     @property
     def efficiency(self) -> float:

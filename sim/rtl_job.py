@@ -43,7 +43,7 @@ async def run_job(dut):
         total += r.clocks
         out.append({
             "frames": r.frames, "aborted": r.aborted, "mismatches": r.mismatches, "clocks": r.clocks,
-            "beats": r.beats, "regs": r.regs, "width": tb.width,
+            "beats": r.beats, "regs": r.regs, "width": tb.width, "memory": r.memory,
             "modes": [int(p.desc.mode) for p in r.model.packets],
             "model_frames": len(r.model.packets),
             "cqe_status": [int(c.cqe.status) for c in r.model.cqes],
