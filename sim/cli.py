@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     demo = sub.add_parser("demo", help="every link mode and opcode on the RTL, checked against the model; pcaps")
     demo.add_argument("--out", required=True, metavar="DIR", help="folder for the pcap files and sim.log")
     demo.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
-    demo.add_argument("--waves", metavar="FILE.fst", help="also write an FST waveform")
+    demo.add_argument("--waves", metavar="FILE.fst|FILE.vcd", help="also write a waveform (FST or VCD, by the suffix)")
     demo.add_argument("--model-only", action="store_true",
                       help="no RTL: the golden model's catalogue of all 38 opcodes per mode")
     _add_path_argument(demo)
@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     run = sub.add_parser("run", help="run a scenario file (JSON or TOML, docs/simulation.md) on the RTL")
     run.add_argument("scenario", help="scenario file")
     run.add_argument("--out", required=True, metavar="DIR", help="folder for the pcap files and sim.log")
-    run.add_argument("--waves", metavar="FILE.fst", help="also write an FST waveform")
+    run.add_argument("--waves", metavar="FILE.fst|FILE.vcd", help="also write a waveform (FST or VCD, by the suffix)")
     _add_path_argument(run)
     add_config_arguments(run)       # over the scenario's [config]
     run.set_defaults(func=_cmd_run)

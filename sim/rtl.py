@@ -47,13 +47,14 @@ def rtl_key(config: RnicConfig) -> str:
     return f"rnic-{config.key()}"
 
 
-def ensure_build(config: RnicConfig = RnicConfig(), *, waves: bool = False, fast: bool = True, status=print):
+def ensure_build(config: RnicConfig = RnicConfig(), *, waves=False, fast: bool = True, status=print):
     """The Verilator build the runs of ``config`` use (a :class:`rnic.sim.toolchain.Build`): the fast
     top ``rnic_sim`` (:mod:`rnic.sim.sim_top`) or, with ``fast=False``, the bare ``rnic`` for the
     cocotbext-axi harness. Built or found cached once per process, then remembered."""
     from ..hdl.rnic import Rnic
     from .sim_top import SIM_TOP, build_sim_top, sim_key
-    from .toolchain import build, build_dir_for
+    from .toolchain import build, build_dir_for, wave_format
+    waves = wave_format(waves)
     key = sim_key(config) if fast else rtl_key(config)
     b = _BUILDS.get((key, waves))
     if b is None:
@@ -74,7 +75,7 @@ def run_workloads(workloads, *, seed: int = 1, config: RnicConfig = RnicConfig()
     the build folder, so several processes can simulate one build at once (cocotb writes its
     ``results.xml`` where the simulator runs)."""
     from .toolchain import Build, run_watched
-    b = ensure_build(config, waves=waves is not None, fast=fast, status=status)
+    b = ensure_build(config, waves=waves or False, fast=fast, status=status)
     with tempfile.TemporaryDirectory() as tmp:
         if isolated and waves is None:
             (Path(tmp) / b.toplevel).symlink_to(b.build_dir / b.toplevel)
@@ -101,7 +102,7 @@ def run_workloads(workloads, *, seed: int = 1, config: RnicConfig = RnicConfig()
             raise RuntimeError(f"the RTL simulation failed{where}: {error or 'see the log'}")
         out = [RtlRun(**r) for r in pickle.loads(result.read_bytes())]
     if waves is not None:
-        for f in b.build_dir.glob("*.fst"):
+        for f in b.build_dir.glob(f"dump.{b.waves}"):
             waves.parent.mkdir(parents=True, exist_ok=True)
             f.replace(waves)
             break

@@ -103,8 +103,9 @@ def sim_key(config: RnicConfig) -> str:
     return f"rnic-sim-{config.key()}"
 
 
-def build_sim_top(config: RnicConfig, waves: bool = False):
-    """Build (or reuse) the fast top of ``config`` with Verilator; returns a :class:`toolchain.Build`."""
+def build_sim_top(config: RnicConfig, waves=False):
+    """Build (or reuse) the fast top of ``config`` with Verilator; returns a :class:`toolchain.Build`.
+    ``waves``: False, ``"fst"`` or ``"vcd"`` (a trace build of its own)."""
     from ..hdl.rnic import Rnic
     from .toolchain import build
     return build(lambda: Rnic(config), "rnic", sim_key(config), waves=waves, top=SIM_TOP,

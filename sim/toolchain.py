@@ -64,15 +64,38 @@ class Build:
 
     build_dir: Path
     toplevel: str
-    waves: bool
+    waves: str | bool           # "fst", "vcd" or False
 
 
-def build_dir_for(key: str, waves: bool = False, opt: str | None = None) -> Path:
+def wave_format(waves) -> str | bool:
+    """``"fst"`` or ``"vcd"`` for a trace option (True: FST; a path: by its suffix), False for none."""
+    if not waves:
+        return False
+    if waves is True:
+        return "fst"
+    kind = str(waves).rsplit(".", 1)[-1].lower()
+    if kind not in ("fst", "vcd"):
+        raise ValueError(f"waveform {waves}: give a .fst or .vcd file")
+    return kind
+
+
+def build_dir_for(key: str, waves=False, opt: str | None = None) -> Path:
     """The folder of the build named ``key`` with these trace and C++ optimisation options."""
-    return build_root() / (key + ("-waves" if waves else "") + (f"-{opt[1:]}" if opt else ""))
+    kind = wave_format(waves)
+    suffix = "" if not kind else "-waves" if kind == "fst" else "-vcd"
+    return build_root() / (key + suffix + (f"-{opt[1:]}" if opt else ""))
 
 
-def build(component_factory, toplevel: str, key: str, *, waves: bool = False, opt: str | None = None,
+def _check_fst_headers() -> None:
+    """Verilator's FST writer compiles against lz4 and zlib; say so before a long build fails."""
+    dirs = [Path("/usr/include"), Path("/usr/local/include"), *map(Path, os.environ.get("CPATH", "").split(":"))]
+    missing = [h for h in ("lz4.h", "zlib.h") if not any((d / h).exists() for d in dirs if str(d))]
+    if missing:
+        raise RuntimeError(f"FST waveforms need the C headers {', '.join(missing)} (Debian/Ubuntu: apt install "
+                           f"liblz4-dev zlib1g-dev); or write a VCD file instead (--waves FILE.vcd)")
+
+
+def build(component_factory, toplevel: str, key: str, *, waves=False, opt: str | None = None,
           top: str | None = None, extra_sources: dict[str, str] | None = None, cpp: list[Path] = (),
           public: bool = True, timing: bool = False) -> Build:
     """Convert ``component_factory()`` and build it with Verilator, reusing an identical earlier build.
@@ -92,13 +115,13 @@ def build(component_factory, toplevel: str, key: str, *, waves: bool = False, op
     setup_verilator_env()
     from cocotb_tools.runner import get_runner
 
+    waves = wave_format(waves)
     build_dir = build_dir_for(key, waves, opt)
     build_dir.mkdir(parents=True, exist_ok=True)
-    src = to_verilog(component_factory(), toplevel)
     # --assert: the designs' Amaranth Asserts (invariants) stop the simulation when they fail
     build_args = ["-Wno-fatal", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC", "-O3", "--assert"]
-    if waves:
-        build_args += ["--trace-fst", "--trace-structs"]
+    if waves:         # the runner adds --trace (VCD); --trace-fst makes it FST
+        build_args += ["--trace-fst", "--trace-structs"] if waves == "fst" else ["--trace-structs"]
     if timing:
         build_args += ["--timing", "--timescale", "1ns/1ps", "-CFLAGS", "-fcoroutines"]
     extra = dict(extra_sources or {})
@@ -106,12 +129,21 @@ def build(component_factory, toplevel: str, key: str, *, waves: bool = False, op
     if cpp:
         build_args += ["-LDFLAGS", "-rdynamic", *[str(Path(c).resolve()) for c in cpp]]
     sim_top = top or toplevel
-    digest = hashlib.sha256((src + repr(build_args) + repr(public) + repr(sorted(extra.items())) + cpp_text).encode()).hexdigest()
+    binary = build_dir / sim_top
+    options = repr(build_args) + repr(public) + repr(sorted(extra.items())) + cpp_text
+    inputs = _inputs_digest(component_factory, toplevel, options)
+    inputs_stamp = build_dir / "inputs.sha256"
+    if inputs and inputs_stamp.exists() and inputs_stamp.read_text() == inputs and binary.exists():
+        return Build(build_dir, sim_top, waves)
+    src = to_verilog(component_factory(), toplevel)
+    digest = hashlib.sha256((src + options).encode()).hexdigest()
     stamp = build_dir / "source.sha256"
     vfile = build_dir / f"{toplevel}.v"
-    binary = build_dir / sim_top
     if stamp.exists() and stamp.read_text() == digest and binary.exists():
+        inputs_stamp.write_text(inputs)
         return Build(build_dir, sim_top, waves)
+    if waves == "fst":
+        _check_fst_headers()
     vfile.write_text(src)
     sources = [vfile]
     for name, text in extra.items():
@@ -125,11 +157,38 @@ def build(component_factory, toplevel: str, key: str, *, waves: bool = False, op
         os.environ["MAKEFLAGS"] = f"{flags} OPT_FAST={opt} OPT_SLOW={opt} OPT_GLOBAL={opt}"
     try:
         runner.build(sources=sources, hdl_toplevel=sim_top, build_dir=build_dir, always=True,
-                     build_args=build_args, waves=waves, log_file=build_dir / "build.log")
+                     build_args=build_args, waves=bool(waves), log_file=build_dir / "build.log")
     finally:
         os.environ["MAKEFLAGS"] = flags
     stamp.write_text(digest)
+    inputs_stamp.write_text(inputs)
     return Build(build_dir, sim_top, waves)
+
+
+def _inputs_digest(component_factory, toplevel: str, options: str) -> str:    # "" if unknown
+    """What the Verilog of ``component_factory()`` can depend on: the sources of the ``hdl`` and
+    ``model`` packages, Amaranth's version, the factory's code, the values it uses (a
+    configuration's repr) and the source files of the functions and classes it calls. When it is unchanged the design is not converted again (seconds) to find
+    that the Verilog is the same."""
+    import amaranth
+    root = Path(__file__).resolve().parent.parent
+    h = hashlib.sha256(f"{amaranth.__version__}|{toplevel}|{options}".encode())
+    for package in ("hdl", "model"):
+        for f in sorted((root / package).rglob("*.py")):
+            h.update(f.name.encode() + f.read_bytes())
+    code = getattr(component_factory, "__code__", None)
+    if code is None:
+        return ""                                # a factory that is not a function: always convert
+    h.update(code.co_code + repr(code.co_consts).encode() + repr(code.co_names).encode())
+    values = [cell.cell_contents for cell in component_factory.__closure__ or ()]
+    values += [component_factory.__globals__.get(name) for name in code.co_names]
+    for value in values:
+        module = sys.modules.get(getattr(value, "__module__", None) or "")
+        if callable(value) and getattr(module, "__file__", None):
+            h.update(Path(module.__file__).read_bytes())          # e.g. a test's own top-level wrapper
+        else:
+            h.update(repr(value).encode())
+    return h.hexdigest()
 
 
 def _drop_public(runner) -> None:
@@ -202,6 +261,6 @@ def run(b: Build, test_module: str, *, seed: int, testcase: str | None = None,
     results = runner.test(test_module=test_module, hdl_toplevel=b.toplevel, hdl_toplevel_lang="verilog",
                           build_dir=b.build_dir,
                           test_dir=b.build_dir, seed=seed, testcase=testcase, extra_env=env,
-                          waves=b.waves, log_file=log_file)
+                          waves=bool(b.waves), log_file=log_file)
     return get_results(results)
 
