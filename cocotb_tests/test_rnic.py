@@ -1,10 +1,13 @@
 """cocotb tests of the whole engine (``rnic.hdl.rnic.Rnic``) against the golden model.
 
 Each test builds a :class:`rnic.sim.scenario.Workload` (QPs, CQs, WQEs, payload, injected bus
-errors), loads its memory image into cocotbext-axi's ``AxiRam`` (random latency, random ready),
+errors), loads its memory image into the host memory of the fast top ``rnic_sim``
+(:mod:`rnic.sim.sim_top`: bus models in C++ inside the simulator; random latency, random ready),
 issues its register writes over AXI4-Lite exactly as a driver would, waits until STATUS.IDLE,
 flushes the QP context cache (QPC_CMD = FLUSH) and compares frames (byte for byte, in order), host
-memory (QP contexts, CQ contexts, CQ rings) and the registers with the model's.
+memory (QP contexts, CQ contexts, CQ rings) and the registers with the model's
+(:class:`rnic.sim.fast_harness.FastTB`). What the old Python watchers saw on the buses (frame
+beats, gaps, ARs) comes from the bus models' traces (:class:`rnic.sim.fast_harness.FastFrameClock`).
 
 Seeds: ``RNIC_SEED``; printed by the runner and by every test.
 """
@@ -18,15 +21,14 @@ from pathlib import Path
 
 import cocotb
 import pytest
-from cocotb.triggers import ClockCycles, RisingEdge
 
 from rnic.model.config import RnicConfig
 from rnic.model.descriptor import LinkMode
 from rnic.model.qpc import PathMtu, QpState, ServiceType
 from rnic.model.regs import REG
 from rnic.model.wqe import CqeStatus, WqeFlags, WqeOpcode
-from rnic.sim.bench_engine_tb import bench_efficiency, build_rnic
-from rnic.sim.harness import TB, FrameClock, RtlDevice
+from rnic.sim.bench_engine_tb import bench_efficiency
+from rnic.sim.fast_harness import FastDevice, FastFrameClock, FastTB
 from rnic.sim.scenario import (CHECKED_REGS, CQ_RINGS, QPC_BASE, WorkloadBuilder, every_opcode_workload,
                                 random_workload)
 from rnic.sim.toolchain import seed_from_env
@@ -39,7 +41,7 @@ CONFIG = RnicConfig.from_env()
 @cocotb.test()
 async def test_every_mode_and_opcode(dut):
     """Each link mode x service x opcode, one- and multi-packet, inline and zero-length."""
-    tb = TB(dut, seed_from_env(1))
+    tb = FastTB(dut, seed_from_env(1))
     await tb.run(every_opcode_workload(tb.rng))
 
 
@@ -48,16 +50,17 @@ async def test_random_traffic(dut):
     """Random QPs, opcodes, lengths, MTUs and quotas, random memory latency and ready, random sink
     backpressure."""
     seed = seed_from_env(1)
-    tb = TB(dut, seed)
-    watch = FrameClock(dut)
+    tb = FastTB(dut, seed)
     for k in range(int(os.environ.get("RNIC_ROUNDS", "4"))):
         tb.reseed(seed + k)
+        watch = FastFrameClock(tb)          # this round's trace (gaps of earlier rounds were checked)
         nqps = tb.rng.choice([1, 3, 8, 24, 40])
         w = random_workload(tb.rng, nqps=nqps, wqes=max(2, 24 // nqps), max_len=tb.rng.choice([6000, 1 << 16]))
         await tb.run(w, latency=(1, tb.rng.choice([20, 500])), pause=0.2, sink_pause=tb.rng.choice([0.0, 0.3]))
         # store and forward: once a frame has started, every clock the sink is ready has a beat
-        assert not watch.gaps, f"seed {seed + k}: {len(watch.gaps)} clocks inside frames with tready and no tvalid, " \
-                               f"first at clock {watch.gaps[0]}"
+        gaps = watch.gaps
+        assert not gaps, f"seed {seed + k}: {len(gaps)} clocks inside frames with tready and no tvalid, " \
+                         f"first at clock {gaps[0]}"
 
 
 
@@ -90,18 +93,10 @@ def prefetch_workload(rng: random.Random, quota: int):
     return b.build()
 
 
-def watch_wqe_reads(dut) -> list[tuple[int, int]]:
-    """The engine's WQE reads on ``m_axi`` (AXI ID 2 in bits 5:4) from now on: ``(address, beats)``
-    per AR, appended as they are accepted."""
-    reads = []
-
-    async def watch():
-        while True:
-            await RisingEdge(dut.clk)
-            if int(dut.m_axi__arvalid.value) and int(dut.m_axi__arready.value) and int(dut.m_axi__arid.value) >> 4 == 2:
-                reads.append((int(dut.m_axi__araddr.value), int(dut.m_axi__arlen.value) + 1))
-    cocotb.start_soon(watch())
-    return reads
+def wqe_reads(watch: FastFrameClock) -> list[tuple[int, int]]:
+    """The engine's WQE reads on ``m_axi`` (AXI ID 2 in bits 5:4) that ``watch`` recorded (every AR
+    accepted since its creation): ``(address, beats)`` per AR, in order."""
+    return [(addr, beats) for _, addr, beats, arid in watch.ar_reads if arid >> 4 == 2]
 
 
 @cocotb.test()
@@ -109,13 +104,12 @@ async def test_wqe_prefetch(dut):
     """WQE read-ahead: chains broken by a signaled WQE, an unreadable WQE, a bad WQE, a payload read
     error, the quota and a ring wrap; the WQEs read ahead and not used are dropped and read again."""
     seed = seed_from_env(1)
-    tb = TB(dut, seed)
-    wqe_reads = watch_wqe_reads(dut)
+    tb = FastTB(dut, seed)
     for k, quota in enumerate((16, 3, 1)):
         tb.reseed(seed + k)
-        wqe_reads.clear()
+        watch = FastFrameClock(tb)                            # records the ARs of this run only
         await tb.run(prefetch_workload(tb.rng, quota), latency=(1, 60), pause=0.2, sink_pause=0.2)
-        reads = collections.Counter(addr for addr, _ in wqe_reads)
+        reads = collections.Counter(addr for addr, _ in wqe_reads(watch))
         again = sum(n - 1 for n in reads.values())
         dut._log.info(f"quota {quota}: {sum(reads.values())} WQE reads of {len(reads)} WQEs")
         if quota > 1:
@@ -159,8 +153,7 @@ async def test_handoff(dut):
     some turn boundary the next QP's first frame follows the last one's by less than a memory
     round trip."""
     seed = seed_from_env(1)
-    tb = TB(dut, seed)
-    watch = FrameClock(dut)
+    tb = FastTB(dut, seed)
     for k, quota in enumerate((16, 4, 2, 1, 16, 4)):
         tb.reseed(seed + k)
         await tb.run(handoff_workload(tb.rng, quota), latency=(1, 60), pause=0.1, sink_pause=tb.rng.choice([0.0, 0.2]))
@@ -172,17 +165,17 @@ async def test_handoff(dut):
         b.qp(q, mtu=PathMtu.MTU_1024)
         for _ in range(12):
             b.post(q, WqeOpcode.SEND, 64, flags=WqeFlags(0))
-    watch.starts.clear(), watch.ends.clear()
-    wqe_reads = watch_wqe_reads(dut)
+    watch = FastFrameClock(tb)                                # frames and ARs of this run only
     model = await tb.run(b.build(), fixed_latency=100)
-    lens = collections.Counter(beats for _, beats in wqe_reads)
+    lens = collections.Counter(beats for _, beats in wqe_reads(watch))
     short = -(-40 // (tb.width // 8))
     assert set(lens) == {short}, f"seed {seed}: WQE reads of {dict(lens)} beats, not {short}"
 
     qps = [p.qpn for p in model.packets]
-    gaps = [watch.starts[i] - watch.ends[i - 1] for i in range(1, len(qps)) if qps[i] != qps[i - 1]]
+    starts, ends = watch.starts, watch.ends
+    gaps = [starts[i] - ends[i - 1] for i in range(1, len(qps)) if qps[i] != qps[i - 1]]
     dut._log.info(f"seed {seed}: clocks from a turn's last frame to the next turn's first: {gaps}")
-    assert len(watch.starts) == len(qps) and min(gaps) < 100, \
+    assert len(starts) == len(qps) and min(gaps) < 100, \
         f"seed {seed}: no turn boundary overlapped a memory round trip: {gaps}"
 
 
@@ -200,8 +193,8 @@ async def test_read_width(dut):
     ahead: one QP's 64-byte
     and 1 KiB SENDs (MTU 1024, 50-clock memory) reach the floors of ``_READ_FLOORS``. With the WQE
     read as 8 narrow beats at every width, 1 KiB at W = 256 was 0.832 (docs/performance.md)."""
-    tb = TB(dut, seed_from_env(1))
-    width = len(dut.m_axis__tdata)
+    tb = FastTB(dut, seed_from_env(1))
+    width = tb.width
     for (size, messages), floor in zip(((64, 32), (1024, 16)), _READ_FLOORS[width]):
         r = await bench_efficiency(tb, 1, size, 1024, messages, 50)
         dut._log.info(f"W = {width}, {messages} x {size} B: efficiency {r['efficiency']:.3f}, "
@@ -219,18 +212,15 @@ async def test_verbs(dut):
     import dataclasses
     from rnic.model.engine import EngineModel, HostMemory
 
-    tb = TB(dut, seed_from_env(1))
+    tb = FastTB(dut, seed_from_env(1))
     rng = tb.rng
     nqps = 6
     b = WorkloadBuilder(nqps, rng=rng, quota=rng.choice([2, 16]))
     config = dataclasses.replace(b.settings, enable=True)
-    tb.ram.load(HostMemory(), latency=(1, rng.choice([20, 200])), pause=0.2)
-    tb.backpressure(rng.choice([0.0, 0.3]))
-    await tb.reset()
-    while not tb.sink.empty():
-        tb.sink.recv_nowait()
+    await tb.start(HostMemory(), latency=(1, rng.choice([20, 200])), pause=0.2, sink_pause=rng.choice([0.0, 0.3]),
+                   fixed_latency=0)                       # empty memory, no frames captured, reset
     model = EngineModel(HostMemory(), tb.config)
-    rtl, ref = Verbs(RtlDevice(tb), config), Verbs(ModelDevice(model), config)
+    rtl, ref = Verbs(FastDevice(tb), config), Verbs(ModelDevice(model), config)
     both = (rtl, ref)
     services = [ServiceType.RC, ServiceType.UC, ServiceType.UD] * 2
     for v in both:
@@ -254,7 +244,7 @@ async def test_verbs(dut):
                 await v.poll_cq(q)
             if not wait or len(rtl.polled[q]) == posted[q]:
                 return
-            await ClockCycles(dut.clk, 50)
+            await tb.wait_clocks(50)
         raise TimeoutError(f"seed {tb.seed}: CQ {q} has {len(rtl.polled[q])} of {posted[q]} CQEs")
 
     for step in range(150):
@@ -291,18 +281,16 @@ async def test_verbs(dut):
             for v in both:
                 await v.modify_qp(q, **change)
         else:
-            await ClockCycles(dut.clk, rng.randrange(1, 400))
+            await tb.wait_clocks(rng.randrange(1, 400))
     for q in range(nqps):
         await poll(q, wait=True)
     for v in both:
         await v.dev.wait_idle()
 
     frames = []
-    while not tb.sink.empty():
-        f = tb.sink.recv_nowait()
-        user = f.tuser[-1] if isinstance(f.tuser, list) else f.tuser
+    for data, user, _, _ in tb.bus.frames():             # every frame since the reset, in wire order
         assert not user, "an aborted frame"
-        frames.append(bytes(f.tdata))
+        frames.append(data)
     streams = {q: [p.frame() for p in model.packets if p.qpn == q] for q in range(nqps)}
     for i, f in enumerate(frames):
         heads = [q for q, st in streams.items() if st and st[0] == f]
@@ -334,7 +322,7 @@ async def test_interrupt_moderation(dut):
     timer is off; with the timer on, every CQE is covered by an event, events never outnumber CQEs,
     and nothing is left unreported INT_MOD_TIMER clocks after idle."""
     seed = seed_from_env(1)
-    tb = TB(dut, seed)
+    tb = FastTB(dut, seed)
     for count, timer in ((3, 0), (4, 300)):
         b = WorkloadBuilder(4, rng=tb.rng, int_mod_count=count)
         b.settings.int_mod_timer = timer
@@ -360,7 +348,7 @@ async def test_many_qps(dut):
     up to 500 clocks, random AXI ready and sink backpressure. CI: 1-2 WQEs of up to 2 KiB per QP;
     RNIC_SLOW=1: up to 3 WQEs of up to 64 KiB."""
     seed = seed_from_env(1)
-    tb = TB(dut, seed)
+    tb = FastTB(dut, seed)
     slow = bool(os.environ.get("RNIC_SLOW"))
     w = random_workload(tb.rng, nqps=tb.config.max_qps, wqes=3 if slow else 2, max_len=1 << 16 if slow else 2048)
     await tb.run(w, latency=(1, 500 if slow else 100), pause=0.2, sink_pause=0.3, timeout=50_000_000)
@@ -369,10 +357,12 @@ async def test_many_qps(dut):
 # --- pytest side -------------------------------------------------------------------------------------
 
 def _run(config: RnicConfig, **kw):
-    """The cocotb tests on the engine of ``config``, which reaches them in ``$RNIC_CONFIG``."""
+    """The cocotb tests on the engine of ``config`` in the fast top ``rnic_sim`` (cached build
+    ``build/sim/rnic-sim-<config.key()>``), which reaches them in ``$RNIC_CONFIG``."""
+    from rnic.sim.rtl import ensure_build
     from rnic.sim.toolchain import run
     env = {**kw.pop("extra_env", {}), **config.env()}
-    run(build_rnic(config), "test_rnic", seed=seed_from_env(), test_dir=Path(__file__).resolve().parent,
+    run(ensure_build(config, fast=True), "test_rnic", seed=seed_from_env(), test_dir=Path(__file__).resolve().parent,
         extra_env=env, **kw)
 
 
@@ -459,7 +449,7 @@ async def test_bad_input(dut):
     """Every bad-input class at once, beside healthy QPs: error CQEs, ERROR states, flushes, error
     registers and counters exactly as the model; the healthy QPs' frames and CQEs unaffected."""
     seed = seed_from_env(1)
-    tb = TB(dut, seed)
+    tb = FastTB(dut, seed)
     w = error_workload(tb.rng)
     model = await tb.run(w, latency=(1, 20), pause=0.1, sink_pause=0.2)
     statuses = {c.cqe.status for c in model.cqes}

@@ -2,9 +2,10 @@
 
     python -m rnic.sim.bench_engine [--seed N] [--json out.json]
 
-Runs the ``bench`` cocotb test of :mod:`rnic.sim.bench_engine_tb` (the same harness and model
-comparison as the tests; every run is also checked against the model). Host memory answers every
-read burst a fixed number of clocks after its AR (bursts overlap); the frame sink is always ready.
+Runs the ``bench`` cocotb test of :mod:`rnic.sim.bench_engine_tb` on the fast top ``rnic_sim`` (the
+same harness and model comparison as the tests; every run is also checked against the model). Host
+memory (C++, :mod:`rnic.sim.sim_top`) presents every read burst's first beat a fixed number of
+clocks after its AR (bursts overlap); the frame sink is always ready.
 
 * latency: clocks from the DB_SQ_PI write (W handshake) to the first and last frame beat, for a 64-byte
   SEND on a QP whose context is not cached (miss) and then cached (hit);
@@ -48,12 +49,12 @@ def measure(seed: int = 1, parts=PARTS, *, config=None, plan: list[dict] | None 
     Raises :class:`ModelMismatch` if the RTL differs from the model, RuntimeError on other failures.
     ``config``: the engine (:class:`rnic.model.config.RnicConfig`; default ``$RNIC_CONFIG``).
     """
-    from .bench_engine_tb import build_rnic
+    from .rtl import ensure_build
     from .toolchain import run_watched
     from ..model.config import RnicConfig
     t0 = time.perf_counter()
     config = RnicConfig.from_env() if config is None else config
-    b = build_rnic(config)
+    b = ensure_build(config, fast=True, status=lambda *a, **k: None)     # the fast top rnic_sim
     build_s = time.perf_counter() - t0
     with tempfile.TemporaryDirectory() as tmp:
         out, lines, job = Path(tmp) / "bench.json", Path(tmp) / "progress.jsonl", Path(tmp) / "plan.json"

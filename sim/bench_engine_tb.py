@@ -2,10 +2,12 @@
 
 The ``bench`` cocotb test runs the measurements of ``RNIC_BENCH_PLAN`` (a JSON list of
 ``{"part": ..., arguments of its bench_* function}``) or, without it, the default measurements of the
-parts in ``RNIC_BENCH_PARTS``, on the test harness (:class:`rnic.sim.harness.TB`: every run is
-compared with the golden model), and writes the results to ``RNIC_BENCH``. ``RNIC_BENCH_PROGRESS``: a
-file that gets one JSON line per finished measurement. ``cocotb_tests/test_rnic.py`` builds its
-model with :func:`build_rnic` and checks read efficiency floors with :func:`bench_efficiency`.
+parts in ``RNIC_BENCH_PARTS``, on the test harness of the fast top ``rnic_sim``
+(:class:`rnic.sim.fast_harness.FastTB`: every run is compared with the golden model), and writes the
+results to ``RNIC_BENCH``. ``RNIC_BENCH_PROGRESS``: a file that gets one JSON line per finished
+measurement. What the benches time on the buses (frame beats, ARs, R beats) comes from the bus
+models' traces (:class:`rnic.sim.fast_harness.FastFrameClock`), in the clocks of ``tb.now()``.
+``cocotb_tests/test_rnic.py`` checks read efficiency floors with :func:`bench_efficiency`.
 """
 
 from __future__ import annotations
@@ -15,30 +17,30 @@ import os
 from pathlib import Path
 
 import cocotb
-from cocotb.triggers import ClockCycles, RisingEdge
 
 from ..model.config import RnicConfig
 from ..model.descriptor import LinkMode
 from ..model.qpc import COUNTER_NAMES, PathMtu
 from ..model.regs import REG
 from ..model.wqe import WqeFlags, WqeOpcode
-from .harness import TB, FrameClock, clock_now
-from .rtl import rtl_key
+from .fast_harness import FastFrameClock, FastTB
 from .scenario import WorkloadBuilder
-from .toolchain import build, seed_from_env
+from .toolchain import seed_from_env
 
 __all__ = ["build_rnic", "bench_efficiency", "bench_rate", "bench_latency", "bench_fairness", "BENCH_PARTS",
            "default_plan", "bench"]
 
 
-def build_rnic(config: RnicConfig):
-    """The engine of ``config`` on Verilator (cached build, one per configuration: ``config.key()``)."""
-    from ..hdl.rnic import Rnic
-    return build(lambda: Rnic(config), "rnic", rtl_key(config))
+def build_rnic(config: RnicConfig, status=None):
+    """The engine of ``config`` on Verilator in the fast top ``rnic_sim`` (:func:`rnic.sim.rtl.ensure_build`:
+    a cached build, one per configuration, ``build/sim/rnic-sim-<config.key()>``). ``status(text)``
+    gets its build message (default: none)."""
+    from .rtl import ensure_build
+    return ensure_build(config, fast=True, status=status or (lambda *a, **k: None))
 
 
 def _beat_bytes(tb) -> int:
-    return len(tb.dut.m_axis__tdata) // 8
+    return tb.width // 8
 
 
 def _qpc_counters(tb) -> dict:
@@ -49,14 +51,14 @@ def _qpc_counters(tb) -> dict:
 async def _sends(tb, qps, size, mtu, messages, mem_latency, quota):
     """Unsignaled RoCEv2 SENDs of ``size`` bytes posted round robin over ``qps`` QPs, every doorbell
     before ENABLE, host memory answering ``mem_latency`` clocks after each AR, sink always ready.
-    Returns the frame sizes in wire order and the :class:`FrameClock`."""
+    Returns the frame sizes in wire order and the :class:`FastFrameClock`."""
     b = WorkloadBuilder(qps, rng=tb.rng, quota=quota)
     for q in range(qps):
         b.cq(q)
         b.qp(q, mtu=PathMtu.of_bytes(mtu), mode=LinkMode.ROCEV2_IPV4, sgid_index=0)
     for k in range(messages):
         b.post(k % qps, WqeOpcode.SEND, size, flags=WqeFlags(0))
-    watch = FrameClock(tb.dut)
+    watch = FastFrameClock(tb)
     model = await tb.run(b.build(), fixed_latency=mem_latency)
     return [len(p.frame()) for p in model.packets], watch
 
@@ -77,7 +79,8 @@ async def bench_efficiency(tb, qps, size, mtu, messages, mem_latency, quota=16):
     beat (0: store and forward)."""
     sizes, watch = await _sends(tb, qps, size, mtu, messages, mem_latency, quota)
     wire, ideal, span = _span(tb, sizes, watch)
-    later = [t for t in watch.beats if t >= watch.starts[1]] if len(watch.starts) > 1 else []
+    starts = watch.starts
+    later = [t for t in watch.beats if t >= starts[1]] if len(starts) > 1 else []
     idle_later = later[-1] - later[0] + 1 - len(later) if later else 0
     return {"qps": qps, "size": size, "mtu": mtu, "quota": quota, "messages": messages, "mem_latency": mem_latency,
             "frames": len(sizes), "wire_bytes": wire, "ideal_beats": ideal, "clocks": span,
@@ -106,34 +109,29 @@ async def bench_rate(tb, qps, messages, mem_latency, quota=1, size=64, mtu=4096)
 async def bench_latency(tb, mem_latency):
     """Doorbell (the DB_SQ_PI write's W handshake) to the first and to the last frame beat, for a QP
     whose context is not cached (first doorbell after reset) and for the same QP again (cached)."""
-    dut = tb.dut
     b = WorkloadBuilder(1, rng=tb.rng)
     b.cq(0)
     b.qp(0, mtu=PathMtu.MTU_1024, sgid_index=0)
     b.post(0, WqeOpcode.SEND, 64, flags=WqeFlags(0))
     b.post(0, WqeOpcode.SEND, 64, flags=WqeFlags(0))
     w = b.build(doorbells=[])
-    tb.ram.load(w.mem, fixed_latency=mem_latency)
-    tb.backpressure(0)
-    await tb.reset()
+    await tb.start(w.mem, latency=(0, 0), pause=0.0, sink_pause=0.0, fixed_latency=mem_latency)
     for offset, value in w.writes:                     # configuration, ENABLE = 1
-        await tb.axil.write_dword(offset, value)
+        await tb.write_offset(offset, value)
     while not (await tb.read_reg("STATUS")) & 1:       # the engine's clear after reset is not timed
-        await ClockCycles(dut.clk, 10)
-    watch = FrameClock(dut)
+        await tb.wait_clocks(10)
+    watch = FastFrameClock(tb)
     out = {"mem_latency": mem_latency}
     for name, pi in (("miss", 1), ("hit", 2)):
-        await tb.axil.write_dword(REG["DB_QPN"].offset, 0)
-        t0 = clock_now()
-        await tb.axil.write_dword(REG["DB_SQ_PI"].offset, pi)
-        while len(watch.starts) < pi:
-            await RisingEdge(dut.clk)
+        await tb.write_offset(REG["DB_QPN"].offset, 0)
+        t0 = tb.now()
+        await tb.write_offset(REG["DB_SQ_PI"].offset, pi)
+        while len(watch.ends) < pi:                    # the trace has each frame's first and last clock
+            await tb.wait_clocks(10)
         out[f"doorbell_to_first_byte_{name}"] = watch.starts[-1] - t0
-        while len(watch.ends) < pi:
-            await RisingEdge(dut.clk)
         out[f"doorbell_to_last_byte_{name}"] = watch.ends[-1] - t0
         while not (await tb.read_reg("STATUS")) & 1:
-            await ClockCycles(dut.clk, 10)
+            await tb.wait_clocks(10)
     return out
 
 
@@ -153,7 +151,7 @@ async def bench_fairness(tb, qps, quota, mem_latency, long_len=65536, short_len=
         for q in range(1, qps):
             b.post(q, WqeOpcode.SEND, short_len, flags=WqeFlags(0))
     w = b.build()
-    watch = FrameClock(tb.dut)
+    watch = FastFrameClock(tb)
     model = await tb.run(w, fixed_latency=mem_latency)
     order = [p.qpn for p in model.packets]             # the RTL's frame order is the model's (checked)
     last_of = {q: max(i for i, x in enumerate(order) if x == q) for q in set(order)}
@@ -210,28 +208,28 @@ async def bench(dut):
     each with the clocks it simulated and its wall time, to RNIC_BENCH. On a failure (the RTL differs
     from the model, a timeout) the results so far and the error are written before it is raised."""
     import time
-    tb = TB(dut, seed_from_env(1))
+    tb = FastTB(dut, seed_from_env(1))
     if os.environ.get("RNIC_BENCH_PLAN"):
         plan = json.loads(Path(os.environ["RNIC_BENCH_PLAN"]).read_text())
     else:
         plan = default_plan(os.environ.get("RNIC_BENCH_PARTS", "latency,efficiency,message,rate,fairness").split(","))
     progress = os.environ.get("RNIC_BENCH_PROGRESS")
-    results = {"width": len(dut.m_axis__tdata)} | {x["part"]: [] for x in plan}
+    results = {"width": tb.width} | {x["part"]: [] for x in plan}
     try:
         for x in plan:
             args = {k: v for k, v in x.items() if k != "part"}
-            t0, c0 = time.perf_counter(), clock_now()
+            t0, c0 = time.perf_counter(), tb.now()
             try:
                 r = await BENCH_PARTS[x["part"]](tb, **args)
             except Exception as err:
                 message = str(err).split("\nassert ", 1)[0]     # without the rewritten assert's dump
                 results["error"] = {"kind": type(err).__name__, "item": x, "message": message}
                 raise
-            r |= {"sim_clocks": clock_now() - c0, "wall_s": round(time.perf_counter() - t0, 3)}
+            r |= {"sim_clocks": tb.now() - c0, "wall_s": round(time.perf_counter() - t0, 3)}
             results[x["part"]].append(r)
             if progress:
                 with open(progress, "a") as f:
                     f.write(json.dumps({"part": x["part"], **r}) + "\n")
     finally:
-        results["total_clocks"] = clock_now()
+        results["total_clocks"] = tb.now()
         Path(os.environ["RNIC_BENCH"]).write_text(json.dumps(results, indent=1))
