@@ -10,6 +10,7 @@ through the same :class:`rnic.sim.harness.EngineHarness`. Import it only inside 
 from __future__ import annotations
 
 from cocotb.triggers import First, Timer
+from cocotb.utils import get_sim_time
 
 from ..model.config import RnicConfig
 from ..model.regs import REG
@@ -20,6 +21,11 @@ from .sim_top import HostBus
 __all__ = ["FastTB", "FastDevice", "FastFrameClock"]
 
 POLL_CLOCKS = 16        # STATUS is read this often while waiting for idle
+REG_TIMEOUT = 100_000   # clocks a register access may take before the harness gives up
+
+
+def _clock_now() -> int:
+    return int(get_sim_time(unit="ns")) // CLOCK_NS
 
 
 class FastTB(EngineHarness):
@@ -41,21 +47,23 @@ class FastTB(EngineHarness):
         if n > 0:
             await Timer(n * CLOCK_NS, unit="ns")
 
-    async def wait_op(self, op: int, timeout: int | None = None, progress=None, every: int = 20_000):
+    async def wait_op(self, op: int, timeout: int = REG_TIMEOUT, progress=None, every: int = 20_000):
         """Wait until register operation ``op`` completes: wake on ``notify``, and every ``every``
-        clocks to call ``progress(clocks waited)``; TimeoutError after ``timeout`` clocks."""
-        start = self.bus.clock()
+        clocks to call ``progress(clocks waited)``. TimeoutError after ``timeout`` clocks of
+        simulated time (counted by the simulator's time, so a stopped clock cannot hang it)."""
+        start = _clock_now()
         while not self.bus.op_done(op):
-            waited = self.bus.clock() - start
-            if timeout is not None and waited >= timeout:
-                raise TimeoutError(f"seed {self.seed}: engine not idle after {timeout} clocks")
-            step = every if timeout is None else max(1, min(every, timeout - waited))
+            waited = _clock_now() - start
+            if waited >= timeout:
+                raise TimeoutError(f"seed {self.seed}: register operation {op} not done after {timeout} clocks "
+                                   f"(0x{self.bus.reg_offset(op):x})")
+            step = max(1, min(every, timeout - waited))
             await First(self.dut.notify.value_change, Timer(step * CLOCK_NS, unit="ns"))
             if progress is not None:
-                progress(self.bus.clock() - start)
+                progress(_clock_now() - start)
         resp = self.bus.op_resp(op)
         if resp:
-            raise RuntimeError(f"register access answered with resp {resp}")
+            raise RuntimeError(f"register access at 0x{self.bus.reg_offset(op):x} answered with resp {resp}")
         return self.bus.op_result(op)
 
     async def reset(self):
@@ -85,12 +93,15 @@ class FastTB(EngineHarness):
     async def write_regs(self, writes):
         ops = [self.bus.reg_write(offset, value) for offset, value in writes]
         if ops:
-            await self.wait_op(ops[-1])
+            await self.wait_op(ops[-1], REG_TIMEOUT + 16 * len(ops))
 
     async def wait_idle(self, timeout, progress) -> int:
         start = self.bus.clock()
         op = self.bus.reg_poll(REG["STATUS"].offset, 1, 1, POLL_CLOCKS)
-        await self.wait_op(op, timeout, progress)
+        try:
+            await self.wait_op(op, timeout, progress)
+        except TimeoutError:
+            raise TimeoutError(f"seed {self.seed}: engine not idle after {timeout} clocks") from None
         return self.bus.op_clock(op) - start
 
     async def wait_qpc_command(self):

@@ -414,6 +414,7 @@ int rnic_sim_op_done(uint64_t op) { return op < S.ops.size() && S.ops[op].done; 
 uint32_t rnic_sim_op_result(uint64_t op) { return S.ops[op].result; }
 int rnic_sim_op_resp(uint64_t op) { return S.ops[op].resp; }
 uint64_t rnic_sim_op_clock(uint64_t op) { return S.ops[op].clock; }
+uint32_t rnic_sim_reg_offset(uint64_t op) { return S.ops[op].addr; }
 
 uint64_t rnic_sim_frame_count() { return S.frames.size(); }
 uint64_t rnic_sim_frame_len(uint64_t i) { return S.frames[i].data.size(); }

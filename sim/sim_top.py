@@ -132,7 +132,7 @@ class HostBus:
             "reset": ([u32], None), "clock": ([], u64), "irq": ([], ctypes.c_int),
             "reg_write": ([u32, u32], u64), "reg_read": ([u32], u64), "reg_poll": ([u32, u32, u32, u32], u64),
             "op_done": ([u64], ctypes.c_int), "op_result": ([u64], u32), "op_resp": ([u64], ctypes.c_int),
-            "op_clock": ([u64], u64),
+            "op_clock": ([u64], u64), "reg_offset": ([u64], u32),
             "frame_count": ([], u64), "frame_len": ([u64], u64), "frame_user": ([u64], ctypes.c_int),
             "frame_first": ([u64], u64), "frame_last": ([u64], u64), "frame_copy": ([u64, ctypes.c_void_p], None),
             "watch": ([ctypes.c_int], None), "trace_len": ([ctypes.c_int], u64),
