@@ -94,9 +94,14 @@ def test_run_wide_example_on_the_rtl(tmp_path):
 
 
 def test_short_soak(tmp_path):
-    proc = _cli("soak", "--cycles", "20000", "--seed", "5", "--batch", "2", "--out", tmp_path)
+    """Two simulator processes sharing one build, then the summary merged by soak-report."""
+    proc = _cli("soak", "--cycles", "20000", "--seed", "5", "--batch", "2", "--jobs", "2", "--out", tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "mismatches            0" in proc.stdout
+    assert (tmp_path / "sim-job1.log").exists() and (tmp_path / "sim-job2.log").exists()
+    report = _cli("soak-report", tmp_path)
+    assert report.returncode == 0, report.stderr
+    assert "1/1" in report.stdout
 
 
 @pytest.mark.slow
