@@ -339,8 +339,10 @@ def run_soak(plan: SoakPlan, status=_quiet) -> SoakResult:
             result.errors.append({"indices": indices, "error": error,
                                   "rerun": plan.command(only=indices, batch=len(indices))})
         else:
-            result.runs += runs
             result.records += [_record(plan.seed, i, indices, r) for i, r in zip(indices, runs)]
+            for r in runs:
+                r.drop_frames()
+            result.runs += runs
         frames = sum(r["frames"] for r in result.records)
         bad = sum(r["mismatch_count"] for r in result.records)
         status(f"soak: batch {result.batches}, {result.clocks:,} clocks, {frames:,} frames checked, {bad} mismatches"
