@@ -1,5 +1,5 @@
 """`python -m rnic.sim bench`: the CSV, Markdown and plot writers on synthetic results, and a quick
-run on the RTL (shares the Verilator build of cocotb_tests/test_rnic.py, build/sim/rnic-default)."""
+run on the RTL (shares the Verilator build of cocotb_tests/test_rnic.py, build/sim/rnic-sim-default)."""
 
 import csv
 import json
