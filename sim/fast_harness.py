@@ -109,7 +109,7 @@ class FastTB(EngineHarness):
 
     def take_frames(self) -> tuple[list[bytes], int]:
         frames, aborted = [], 0
-        for data, user, _, _ in self.bus.frames():
+        for data, user in self.bus.frames():
             if user:
                 aborted += 1
             else:
@@ -133,18 +133,17 @@ class FastFrameClock(FrameTimes):
 
     def __getattr__(self, name):
         if name in ("beats", "gaps", "starts", "ends", "r_beats", "r_stalls"):
-            return self.bus.traces()[name]
+            return self.bus.trace(name)
         raise AttributeError(name)
 
     @property
     def ars(self):
-        t = self.bus.traces()
-        return list(zip(t["ar_clocks"], t["ar_beats"]))
+        return list(zip(self.bus.trace("ar_clocks"), self.bus.trace("ar_beats")))
 
     @property
     def ar_reads(self):
-        t = self.bus.traces()
-        return list(zip(t["ar_clocks"], t["ar_addrs"], t["ar_beats"], t["ar_ids"]))
+        t = self.bus.trace
+        return list(zip(t("ar_clocks"), t("ar_addrs"), t("ar_beats"), t("ar_ids")))
 
 
 class FastDevice:

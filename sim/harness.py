@@ -125,7 +125,8 @@ class EngineHarness:
     async def execute(self, w, *, latency=(0, 0), pause=0.0, sink_pause=0.0, timeout=2_000_000, fixed_latency=0,
                       settle=0, skip_regs=(), progress=None) -> RunResult:
         """Run workload ``w`` on the RTL from reset and compare it with the model.
-        ``self.busy_s`` is left with the wall seconds from the last register write to idle. ``settle`` clocks are waited after idle (interrupt timer); ``skip_regs`` are not compared;
+        ``self.busy_s`` is left with the wall seconds from the last register write to idle.
+        ``settle`` clocks are waited after idle (interrupt timer); ``skip_regs`` are not compared;
         ``progress(clocks)`` is called while the engine runs."""
         await self.start(w.mem, latency=latency, pause=pause, sink_pause=sink_pause, fixed_latency=fixed_latency)
         model = expected(w, self.config)
@@ -140,8 +141,8 @@ class EngineHarness:
         assert (await self.read_reg("QPC_CMD_STATUS")) >> 1 == 0, "QPC FLUSH failed"
         frames, aborted = self.take_frames()
         beats = sum(-(-len(f) // (self.width // 8)) for f in frames)
-        regs = {name: await self.read_reg(name) for name in CHECKED_REGS if name not in skip_regs}
         self.regs = {name: await self.read_reg(name) for name in CHECKED_REGS}
+        regs = {name: value for name, value in self.regs.items() if name not in skip_regs}
         mismatches = compare(w, model, frames, self.read_mem, regs)
         memory = hashlib.sha256(b"".join(self.read_mem(a, n) for a, n in w.regions)).hexdigest()
         mismatches += await self.check_qpc_counters(model)

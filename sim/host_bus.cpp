@@ -42,7 +42,6 @@ struct Burst {
 struct Frame {
     std::vector<uint8_t> data;
     int user;
-    uint64_t first, last;
 };
 
 enum OpKind { OP_WRITE, OP_READ, OP_POLL };
@@ -56,7 +55,8 @@ struct Op {
     uint64_t clock;     // the clock it completed
 };
 
-enum Channel { AR, R, AW, W, B, NCHANNELS };
+// What watch(1) records; the order of HostBus._TRACES in sim_top.py.
+enum Trace { BEATS, GAPS, AR_CLOCKS, AR_BEATS, R_BEATS, R_STALLS, AR_ADDRS, AR_IDS, STARTS, ENDS, NTRACES };
 
 struct Sim {
     int lanes = 8;
@@ -79,7 +79,6 @@ struct Sim {
     uint32_t notify = 0;
 
     std::vector<uint8_t> partial;
-    uint64_t partial_first = 0;
     std::vector<Frame> frames;
 
     std::vector<Op> ops;
@@ -88,8 +87,7 @@ struct Sim {
     uint64_t l_wake = 0;                                 // a poll's next read, not before this clock
 
     bool watch = false, mid_frame = false;
-    // beats, gaps, AR clocks, AR beats, R beats, R stalls, AR addresses, AR ids, frame starts, frame ends
-    std::vector<uint64_t> trace[10];
+    std::vector<uint64_t> trace[NTRACES];
 };
 
 Sim S;
@@ -127,7 +125,7 @@ void load_read_beat() {
     S.rlast = b.done == b.beats - 1;
 }
 
-void take_write_beat(const svBitVecVal* wdata, uint64_t wstrb, bool wlast) {
+void take_write_beat(const svBitVecVal* wdata, uint64_t wstrb) {
     Burst& b = S.writes.front();
     uint64_t word = beat_word(b);
     int resp = 0;
@@ -143,7 +141,6 @@ void take_write_beat(const svBitVecVal* wdata, uint64_t wstrb, bool wlast) {
         for (int i = 0; i < S.lanes; i++)
             if (wstrb >> i & 1)
                 S.mem[word + i] = uint8_t(wdata[i / 4] >> (8 * (i % 4)));
-    (void)wlast;
     if (++b.done == b.beats) {
         S.responses.emplace_back(b.id, b.resp);
         S.writes.pop_front();
@@ -151,19 +148,16 @@ void take_write_beat(const svBitVecVal* wdata, uint64_t wstrb, bool wlast) {
 }
 
 void take_stream_beat(const svBitVecVal* tdata, uint64_t tkeep, bool tlast, bool tuser) {
-    if (!S.mid_frame) {
-        S.partial_first = S.clock;
-        if (S.watch)
-            S.trace[8].push_back(S.clock);
-    }
+    if (!S.mid_frame && S.watch)
+        S.trace[STARTS].push_back(S.clock);
     S.mid_frame = true;
     for (int i = 0; i < S.lanes; i++)
         if (tkeep >> i & 1)
             S.partial.push_back(uint8_t(tdata[i / 4] >> (8 * (i % 4))));
     if (tlast) {
         if (S.watch)
-            S.trace[9].push_back(S.clock);
-        S.frames.push_back({std::move(S.partial), tuser, S.partial_first, S.clock});
+            S.trace[ENDS].push_back(S.clock);
+        S.frames.push_back({std::move(S.partial), tuser});
         S.partial.clear();
         S.mid_frame = false;
     }
@@ -227,17 +221,17 @@ void rnic_sim_tick(
     S.irq = irq;
     if (S.watch && !S.rst) {
         if (tvalid && S.tready)
-            S.trace[0].push_back(S.clock);
+            S.trace[BEATS].push_back(S.clock);
         else if (S.tready && !tvalid && S.mid_frame)
-            S.trace[1].push_back(S.clock);
+            S.trace[GAPS].push_back(S.clock);
         if (arvalid && S.arready) {
-            S.trace[2].push_back(S.clock);
-            S.trace[3].push_back(uint64_t(arlen) + 1);
-            S.trace[6].push_back(uint64_t(araddr));
-            S.trace[7].push_back(uint64_t(arid));
+            S.trace[AR_CLOCKS].push_back(S.clock);
+            S.trace[AR_BEATS].push_back(uint64_t(arlen) + 1);
+            S.trace[AR_ADDRS].push_back(uint64_t(araddr));
+            S.trace[AR_IDS].push_back(uint64_t(arid));
         }
         if (S.rvalid)
-            S.trace[rready ? 4 : 5].push_back(S.clock);
+            S.trace[rready ? R_BEATS : R_STALLS].push_back(S.clock);
     }
     if (S.rst) {
         clear_channels();
@@ -254,7 +248,7 @@ void rnic_sim_tick(
         if (awvalid && S.awready)
             S.writes.push_back({uint64_t(awaddr), 0, awlen + 1, awsize, awburst == 0, awid, 0, 0});
         if (wvalid && S.wready)
-            take_write_beat(wdata, uint64_t(wstrb), wlast);
+            take_write_beat(wdata, uint64_t(wstrb));
         if (S.bvalid && bready) {
             S.bvalid = false;
             S.responses.pop_front();
@@ -419,8 +413,6 @@ uint32_t rnic_sim_reg_offset(uint64_t op) { return S.ops[op].addr; }
 uint64_t rnic_sim_frame_count() { return S.frames.size(); }
 uint64_t rnic_sim_frame_len(uint64_t i) { return S.frames[i].data.size(); }
 int rnic_sim_frame_user(uint64_t i) { return S.frames[i].user; }
-uint64_t rnic_sim_frame_first(uint64_t i) { return S.frames[i].first; }
-uint64_t rnic_sim_frame_last(uint64_t i) { return S.frames[i].last; }
 void rnic_sim_frame_copy(uint64_t i, uint8_t* out) {
     std::memcpy(out, S.frames[i].data.data(), S.frames[i].data.size());
 }

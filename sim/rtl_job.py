@@ -2,8 +2,9 @@
 
 The host side (:func:`rnic.sim.rtl.run_workloads`) pickles a job to ``$RNIC_JOB``: a seed and a list
 of ``(workload, options)``, and ``fast``: the DUT is the fast top ``rnic_sim``
-(:class:`rnic.sim.fast_harness.FastTB`) rather than ``rnic`` (:class:`rnic.sim.harness.TB`). Each workload runs on the ``Rnic`` DUT from reset through
-:meth:`rnic.sim.harness.TB.execute`; the results are pickled to ``$RNIC_RESULT``.
+(:class:`rnic.sim.fast_harness.FastTB`) rather than ``rnic`` (:class:`rnic.sim.harness.TB`). Each
+workload runs from reset through :meth:`rnic.sim.harness.EngineHarness.execute`; the results are
+pickled to ``$RNIC_RESULT``.
 """
 
 from __future__ import annotations

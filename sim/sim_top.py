@@ -134,7 +134,7 @@ class HostBus:
             "op_done": ([u64], ctypes.c_int), "op_result": ([u64], u32), "op_resp": ([u64], ctypes.c_int),
             "op_clock": ([u64], u64), "reg_offset": ([u64], u32),
             "frame_count": ([], u64), "frame_len": ([u64], u64), "frame_user": ([u64], ctypes.c_int),
-            "frame_first": ([u64], u64), "frame_last": ([u64], u64), "frame_copy": ([u64, ctypes.c_void_p], None),
+            "frame_copy": ([u64, ctypes.c_void_p], None),
             "watch": ([ctypes.c_int], None), "trace_len": ([ctypes.c_int], u64),
             "trace_copy": ([ctypes.c_int, ctypes.c_void_p], None),
         }
@@ -142,11 +142,9 @@ class HostBus:
             f = getattr(lib, f"rnic_sim_{name}")
             f.argtypes, f.restype = argtypes, restype
             setattr(self, name, f)
-        self.size = 0
 
     def configure(self, size: int, seed: int) -> None:
         self.setup(size, seed & (1 << 64) - 1)
-        self.size = size
 
     def write(self, addr: int, data: bytes) -> None:
         if self.mem_write(addr, bytes(data), len(data)):
@@ -158,23 +156,21 @@ class HostBus:
             raise ValueError(f"read of {n} bytes at 0x{addr:x} is outside host memory")
         return buf.raw
 
-    def frames(self) -> list[tuple[bytes, int, int, int]]:
-        """Every captured frame: ``(bytes, tuser of its last beat, first clock, last clock)``."""
+    def frames(self) -> list[tuple[bytes, int]]:
+        """Every frame captured since the reset: ``(bytes, tuser of its last beat)``."""
         out = []
         for i in range(self.frame_count()):
             buf = ctypes.create_string_buffer(self.frame_len(i))
             self.frame_copy(i, buf)
-            out.append((buf.raw, self.frame_user(i), self.frame_first(i), self.frame_last(i)))
+            out.append((buf.raw, self.frame_user(i)))
         return out
 
-    def traces(self) -> dict[str, list[int]]:
-        """What ``watch(1)`` recorded since: the clocks of stream beats, of each frame's first and last
-        beat, and of gaps (a clock inside a frame with the sink ready and no beat), of ARs (with their beats, addresses and ids), of R
-        beats and of R stalls (valid, not ready)."""
-        out = {}
-        for i, name in enumerate(self._TRACES):
-            n = self.trace_len(i)
-            arr = (ctypes.c_uint64 * n)()
-            self.trace_copy(i, arr)
-            out[name] = list(arr)
-        return out
+    def trace(self, name: str) -> list[int]:
+        """One record of ``watch(1)`` since it was turned on (:data:`_TRACES`): the clocks of stream
+        beats, of each frame's first and last beat, of gaps (a clock inside a frame with the sink
+        ready and no beat), of ARs (with their beats, addresses and ids), of R beats and of R stalls
+        (valid, not ready)."""
+        i = self._TRACES.index(name)
+        arr = (ctypes.c_uint64 * self.trace_len(i))()
+        self.trace_copy(i, arr)
+        return list(arr)

@@ -168,8 +168,8 @@ def build(component_factory, toplevel: str, key: str, *, waves=False, opt: str |
 def _inputs_digest(component_factory, toplevel: str, options: str) -> str:    # "" if unknown
     """What the Verilog of ``component_factory()`` can depend on: the sources of the ``hdl`` and
     ``model`` packages, Amaranth's version, the factory's code, the values it uses (a
-    configuration's repr) and the source files of the functions and classes it calls. When it is unchanged the design is not converted again (seconds) to find
-    that the Verilog is the same."""
+    configuration's repr) and the source files of the functions and classes it calls. When it is
+    unchanged the design is not converted again (seconds) to find that the Verilog is the same."""
     import amaranth
     root = Path(__file__).resolve().parent.parent
     h = hashlib.sha256(f"{amaranth.__version__}|{toplevel}|{options}".encode())
