@@ -198,6 +198,16 @@ def _ethernet_mode(frame: bytes) -> tuple[LinkMode, Ethernet, bytes]:
     return mode, eth, rest
 
 
+def _iba_grh(rest: bytes) -> GRH:
+    """NOT_ROCE unless ``rest`` starts with a GRH (IPVer 6) whose next header is an IBA transport."""
+    try:
+        grh, _ = GRH.parse(rest)
+    except ValueError as err:
+        raise _Drop(DropReason.NOT_ROCE, str(err)) from None
+    _check(grh.next_header == GRH_NEXT_HEADER_IBA, DropReason.NOT_ROCE, f"GRH next header 0x{grh.next_header:02x}")
+    return grh
+
+
 def _ethernet(frame: bytes, mode: LinkMode, eth: Ethernet, rest: bytes) -> tuple[int, int]:
     """The rest of TRUNCATED and NOT_ROCE, then BAD_LENGTH; returns where the BTH starts and the ICRC ends."""
     T, N, L = DropReason.TRUNCATED, DropReason.NOT_ROCE, DropReason.BAD_LENGTH
@@ -207,12 +217,7 @@ def _ethernet(frame: bytes, mode: LinkMode, eth: Ethernet, rest: bytes) -> tuple
 
     # NOT_ROCE: the fields that say what the packet is
     if mode is LinkMode.ROCEV1:
-        try:
-            grh, _ = GRH.parse(rest)
-        except ValueError as e:
-            raise _Drop(N, str(e)) from None
-        _check(grh.next_header == GRH_NEXT_HEADER_IBA, N, f"GRH next header 0x{grh.next_header:02x}")
-        length = GRH.SIZE + grh.pay_len
+        length = GRH.SIZE + _iba_grh(rest).pay_len
     else:
         try:
             ip, after_ip = (IPv4 if mode is LinkMode.ROCEV2_IPV4 else IPv6).parse(rest)
@@ -251,15 +256,11 @@ def _ib_mode(frame: bytes) -> tuple[LinkMode, LRH, bytes]:
 
 def _ib(frame: bytes, mode: LinkMode, lrh: LRH, rest: bytes) -> tuple[int, int]:
     """The rest of TRUNCATED and NOT_ROCE (GRH), then BAD_LENGTH; returns the BTH start and the ICRC end."""
-    T, N, L = DropReason.TRUNCATED, DropReason.NOT_ROCE, DropReason.BAD_LENGTH
+    T, L = DropReason.TRUNCATED, DropReason.BAD_LENGTH
     net = GRH.SIZE if mode is LinkMode.IB_GLOBAL else 0
     _check(len(rest) >= net + BTH.SIZE + ICRC_LEN + VCRC_LEN, T, f"{mode.slug} frame of {len(frame)} bytes")
     if mode is LinkMode.IB_GLOBAL:
-        try:
-            grh, _ = GRH.parse(rest)
-        except ValueError as e:
-            raise _Drop(N, str(e)) from None
-        _check(grh.next_header == GRH_NEXT_HEADER_IBA, N, f"GRH next header 0x{grh.next_header:02x}")
+        grh = _iba_grh(rest)
     _check(lrh.pkt_len * 4 + VCRC_LEN == len(frame), L,
            f"LRH PktLen {lrh.pkt_len} words + VCRC is not the frame's {len(frame)} bytes")
     if mode is LinkMode.IB_GLOBAL:
