@@ -276,6 +276,7 @@ class EngineModel:
         self._sched: collections.deque[_Entry] = collections.deque()
         self._queued: dict[int, _Entry] = {}
         self._pending_cqes = 0
+        self.responder = None                        # a rnic.model.responder.Responder attaches itself
         if settings is not None:
             for offset, value in settings.writes():
                 self.write_reg(offset, value)
@@ -371,6 +372,8 @@ class EngineModel:
         if ctx.state != QpState.ERROR:
             ctx.state = QpState.ERROR
             self._qpc_write(qpn, ctx)
+            if self.responder is not None:
+                self.responder.flush_rq(qpn)
 
     def _schedule(self, qpn) -> None:
         if qpn not in self._queued:
@@ -445,10 +448,10 @@ class EngineModel:
         self._set_error(qpn, ctx)
         return False
 
-    def _complete(self, qpn: int, ctx: QpContext, cqe: Cqe) -> bool:
-        """Write ``cqe`` to the QP's CQ; False (and the QP in ERROR) if it could not be written or
-        took the CQ's last free slot."""
-        cqn = ctx.cqn
+    def _complete(self, qpn: int, ctx: QpContext, cqe: Cqe, cqn: int | None = None) -> bool:
+        """Write ``cqe`` to CQ ``cqn`` (default: the QP's send CQ); False (and the QP in ERROR) if it could
+        not be written or took the CQ's last free slot."""
+        cqn = ctx.cqn if cqn is None else cqn
         if cqn >= self.regs["CQ_SIZE"]:
             return self._drop(qpn, ctx, ErrBit.CQE_DROPPED)
         cq = self._cq_read(cqn, qpn)
@@ -619,23 +622,32 @@ class EngineModel:
         return SgidEntry(gid, self.regs[f"{base}MAC_LO"] | self.regs[f"{base}MAC_HI"] << 32,
                          vlan & 0xFFF, bool(vlan >> 31 & 1))
 
+    def path_desc(self, ctx: QpContext, psn: int, opcode: int, **fields) -> PacketDesc:
+        """The descriptor of a packet of QP ``ctx`` with ``psn`` and ``opcode``: addresses and path from the
+        context and its source GID entry (RC/UC destination; ``fields`` override or add the rest)."""
+        sg = self._sgid(ctx.sgid_index)
+        base = dict(
+            mode=ctx.link_mode, dst_mac=ctx.dst_mac, src_mac=sg.mac,
+            vlan_present=int(sg.vlan_present), vlan_tci=(ctx.sl & 7) << 13 | sg.vlan_id if sg.vlan_present else 0,
+            src_gid=sg.gid, dst_gid=ctx.dst_gid,
+            traffic_class=ctx.traffic_class, flow_label=ctx.flow_label, hop_limit=ctx.hop_limit,
+            ip_id=psn & 0xFFFF, udp_sport=ctx.udp_sport,
+            vl=0, sl=ctx.sl, dlid=ctx.dlid, slid=self.regs["PORT_LID"],
+            opcode=opcode, migreq=0, pkey=ctx.pkey, dest_qp=ctx.dest_qpn, psn=psn)
+        base.update(fields)
+        return PacketDesc(**base)
+
     def _emit(self, entry, ctx, wqe: Wqe, first: bool, last: bool, payload: bytes, psns: int = 1) -> None:
         ud = ctx.service == ServiceType.UD
         op = bth_opcode(ctx.service, wqe.opcode, first, last)
-        sg = self._sgid(ctx.sgid_index)
         has_reth = wqe.opcode == WqeOpcode.RDMA_READ or (wqe.opcode in _WRITE_OPS and first)
         solicited = bool(wqe.flags & WqeFlags.SOLICITED) and last and (
             wqe.opcode in SEND_OPS or wqe.opcode == WqeOpcode.RDMA_WRITE_WITH_IMM)
-        desc = PacketDesc(
-            mode=ctx.link_mode, payload_len=len(payload),
-            dst_mac=wqe.dst_mac if ud else ctx.dst_mac, src_mac=sg.mac,
-            vlan_present=int(sg.vlan_present), vlan_tci=(ctx.sl & 7) << 13 | sg.vlan_id if sg.vlan_present else 0,
-            src_gid=sg.gid, dst_gid=wqe.dst_gid if ud else ctx.dst_gid,
-            traffic_class=ctx.traffic_class, flow_label=ctx.flow_label, hop_limit=ctx.hop_limit,
-            ip_id=ctx.next_psn & 0xFFFF, udp_sport=ctx.udp_sport,
-            vl=0, sl=ctx.sl, dlid=wqe.dlid if ud else ctx.dlid, slid=self.regs["PORT_LID"],
-            opcode=op, se=int(solicited), migreq=0, pkey=ctx.pkey, dest_qp=wqe.dest_qpn if ud else ctx.dest_qpn,
-            ackreq=int(last), psn=ctx.next_psn,
+        desc = self.path_desc(
+            ctx, ctx.next_psn, op, payload_len=len(payload),
+            dst_mac=wqe.dst_mac if ud else ctx.dst_mac, dst_gid=wqe.dst_gid if ud else ctx.dst_gid,
+            dlid=wqe.dlid if ud else ctx.dlid, se=int(solicited),
+            dest_qp=wqe.dest_qpn if ud else ctx.dest_qpn, ackreq=int(last),
             reth_va=wqe.remote_addr if has_reth else 0, reth_rkey=wqe.rkey if has_reth else 0,
             reth_dma_len=wqe.length if has_reth else 0,
             imm=wqe.imm if last and wqe.opcode in IMM_OPS else 0,
@@ -648,64 +660,5 @@ class EngineModel:
         self._qpc_write(entry.qpn, ctx)
 
 
-class Driver:
-    """Software's side, as a verbs driver would do it: lay out QP and CQ contexts and rings in
-    :class:`HostMemory`, post WQEs, and produce the register writes for doorbells.
 
-    ``target`` is anything with ``write_reg(offset, value)`` (the model, or a cocotb AXI4-Lite
-    wrapper around the RTL)."""
-
-    def __init__(self, mem: HostMemory, settings: RegisterSettings, target=None):
-        self.mem = mem
-        self.settings = settings
-        self.target = target
-        self.sq_pi: dict[int, int] = {}
-        self.qps: dict[int, QpContext] = {}
-
-    def create_cq(self, cqn: int, ring_base: int, log_size: int, state: int = CqState.ACTIVE) -> CqContext:
-        cq = CqContext(state=state, log_size=log_size, ring_base=ring_base)
-        self.mem.poke(self.settings.cq_base + cqn * CQ_RECORD_BYTES, cq.pack())
-        return cq
-
-    def create_qp(self, qpn: int, ctx: QpContext) -> QpContext:
-        ctx.qpn = qpn
-        self.mem.poke(self.settings.qpc_base + qpn * RECORD_BYTES, ctx.pack())
-        self.qps[qpn] = ctx
-        self.sq_pi[qpn] = ctx.sq_pi
-        return ctx
-
-    def qp(self, qpn: int) -> QpContext:
-        """The QP context as host memory holds it now."""
-        return QpContext.unpack(self.mem.peek(self.settings.qpc_base + qpn * RECORD_BYTES, RECORD_BYTES))
-
-    def cq(self, cqn: int) -> CqContext:
-        return CqContext.unpack(self.mem.peek(self.settings.cq_base + cqn * CQ_RECORD_BYTES, CQ_RECORD_BYTES))
-
-    def post(self, qpn: int, wqe: Wqe) -> int:
-        """Write ``wqe`` at the QP's software producer index; return the new producer index."""
-        ctx = self.qps[qpn]
-        pi = self.sq_pi[qpn]
-        addr = sq_slot(ctx, pi)
-        self.mem.poke(addr, wqe.pack(ud=ctx.service == ServiceType.UD))
-        self.sq_pi[qpn] = (pi + 1) & 0xFFFF
-        return self.sq_pi[qpn]
-
-    def doorbell_writes(self, qpn: int, pi: int | None = None) -> list[tuple[int, int]]:
-        """The register writes ``(offset, value)`` of a doorbell (default: the software producer index)."""
-        pi = self.sq_pi[qpn] if pi is None else pi
-        return [(REG["DB_QPN"].offset, qpn), (REG["DB_SQ_PI"].offset, pi)]
-
-    def ring(self, qpn: int, pi: int | None = None) -> None:
-        """Issue :meth:`doorbell_writes` to ``target`` (a cocotb test awaits them on AXI4-Lite instead)."""
-        for offset, value in self.doorbell_writes(qpn, pi):
-            self.target.write_reg(offset, value)
-
-    def cq_entries(self, cqn: int) -> list[Cqe]:
-        """The CQEs between the CQ's consumer and producer index, as software would poll them."""
-        cq = self.cq(cqn)
-        out = []
-        i = cq.ci
-        while i != cq.pi:
-            out.append(Cqe.unpack(self.mem.peek((cq.ring_base & ~0x1F) + (i % cq.size) * CQE_BYTES, CQE_BYTES)))
-            i = (i + 1) & 0xFFFF
-        return out
+from .driver import Driver  # noqa: E402  (the software side, re-exported where it always was)

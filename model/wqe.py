@@ -57,14 +57,21 @@ class WqeFlags(enum.IntFlag):
 class CqeStatus(enum.IntEnum):
     """CQE status (byte 20). Values below 0x80 are ``enum ibv_wc_status`` values."""
     SUCCESS = 0x00
-    LOC_LEN_ERR = 0x01           # length > 2**31, > path MTU on UD, > inline capacity
+    LOC_LEN_ERR = 0x01           # length > 2**31, > path MTU on UD, > inline capacity; receive: > the buffer
     LOC_QP_OP_ERR = 0x02         # unknown/reserved opcode, opcode not allowed on the service, bad QP context
+    LOC_PROT_ERR = 0x04          # receive: a scatter entry's L_Key does not allow the write
     WR_FLUSH_ERR = 0x05          # flushed: the QP was in ERROR when this WQE's turn came
+    REM_INV_REQ_ERR = 0x09       # receive: the message broke a rule of the protocol (the NAK sent was 0x61)
+    REM_ACCESS_ERR = 0x0A        # receive: the message's memory access was refused (NAK 0x62)
+    REM_OP_ERR = 0x0B            # receive: the responder could not complete the message (NAK 0x63)
     QP_STATE_ERR = 0x80          # doorbell for a QP that is not in RTS (or ERROR)
     SQ_OVERFLOW = 0x81           # doorbell producer index more than the ring size ahead of the consumer index
     WQE_FETCH_ERR = 0x82         # AXI error response on the WQE read
     PAYLOAD_READ_ERR = 0x83      # AXI error response on a payload read
     CQ_OVERFLOW = 0x84           # the CQ had one free slot left: this CQE took it and the CQ went to ERROR
+    RQ_OVERFLOW = 0x85           # receive-queue doorbell more than the ring size ahead of the consumer index
+    RQ_WQE_FETCH_ERR = 0x86      # AXI error response on a receive WQE read, or a malformed receive WQE
+    PAYLOAD_WRITE_ERR = 0x87     # AXI error response on a receive payload write
 
 
 class CqState(enum.IntEnum):
@@ -103,9 +110,11 @@ CQE_FIELDS: tuple[tuple[str, int, int], ...] = (
     ("qpn", 128, 24),
     ("opcode", 152, 8),        # the WQE's WqeOpcode; 0 for a doorbell error and a failed WQE fetch
     ("status", 160, 8),        # CqeStatus
-    ("flags", 168, 8),         # bit 0: send queue (always 1 here)
-    ("wqe_index", 176, 16),    # SQ index of the WQE (the rejected producer index for doorbell errors)
-    # bytes 24..30 reserved
+    ("flags", 168, 8),         # bit 0: send queue; receive CQEs: CQE_FLAG_IMM, _GRH, _SOLICITED, _INV
+    ("wqe_index", 176, 16),    # SQ (RQ) index of the WQE (the rejected producer index for doorbell errors)
+    ("src_qp", 192, 24),       # UD receive completions: the sender's QPN (DETH); 0 otherwise
+    ("slid", 216, 16),         # receive completions on IB: the sender's LID (LRH SLID); 0 otherwise
+    # bytes 29..30 reserved
     ("owner", 248, 1),         # 1 on the ring's 1st, 3rd, ... pass; 0 on the 2nd, 4th, ...
 )
 
@@ -232,6 +241,8 @@ class Cqe(FieldRecord):
     status: int = CqeStatus.SUCCESS
     flags: int = CQE_FLAG_SQ
     wqe_index: int = 0
+    src_qp: int = 0
+    slid: int = 0
     owner: int = 0
 
 
