@@ -26,7 +26,7 @@ from dataclasses import dataclass, fields as dc_fields
 
 from .record import FieldRecord
 
-__all__ = ["RECV_QPC_OFFSET", "RECV_QPC_BYTES", "RECV_MUTABLE_BYTES", "RECV_QPC_FIELDS", "RecvContext", "OpenMessage",
+__all__ = ["markdown_tables", "RECV_QPC_OFFSET", "RECV_QPC_BYTES", "RECV_MUTABLE_BYTES", "RECV_QPC_FIELDS", "RecvContext", "OpenMessage",
            "Access", "RECV_WQE_BYTES", "RECV_SGES", "SGE_FIELDS", "RECV_WQE_FIELDS", "Sge", "RecvWqe",
            "MR_BYTES", "MR_FIELDS", "MrState", "MemoryRegion", "mr_index", "mr_key",
            "RES_BYTES", "MAX_RD_ATOMIC", "RES_FIELDS", "ResKind", "ResSlot", "RecvOpcode",
@@ -70,61 +70,93 @@ class RecvOpcode(enum.IntEnum):
 
 
 # offsets count from record byte 80
-RECV_QPC_FIELDS: tuple[tuple[str, int, int], ...] = (
+RECV_QPC_TABLE: tuple[tuple[str, int, int, str], ...] = (
     # --- record bytes 80..107: engine-owned ---
-    ("msn", 0, 24),              # message sequence number: messages completed
-    ("open", 24, 2),             # OpenMessage
-    ("nak_sent", 26, 1),         # a PSN sequence error NAK is outstanding
-    ("uc_drop", 27, 1),          # UC: dropping the rest of a message after a gap
-    ("res_head", 28, 2),         # next resource slot to fill
-    ("rq_ci", 32, 16),           # receive-queue consumer index
-    ("rq_pi", 48, 16),           # receive-queue producer index (RQ doorbell)
-    ("write_addr", 64, 64),      # bus address of the next byte of the open RDMA WRITE
-    ("resid", 128, 32),          # bytes the open RDMA WRITE's RETH still allows
-    ("write_len", 160, 32),      # the open RDMA WRITE's RETH length
-    ("recv_off", 192, 32),       # bytes placed so far of the open SEND
+    ("msn", 0, 24, "message sequence number: messages completed"),
+    ("open", 24, 2, "OpenMessage: 0 none, 1 SEND, 2 RDMA WRITE"),
+    ("nak_sent", 26, 1, "a PSN sequence error NAK is outstanding"),
+    ("uc_drop", 27, 1, "UC: dropping the rest of a message after a gap"),
+    ("res_head", 28, 2, "next resource slot to fill"),
+    ("rq_ci", 32, 16, "receive-queue consumer index"),
+    ("rq_pi", 48, 16, "receive-queue producer index (RQ doorbell)"),
+    ("write_addr", 64, 64, "bus address of the next byte of the open RDMA WRITE"),
+    ("resid", 128, 32, "bytes the open RDMA WRITE's RETH still allows"),
+    ("write_len", 160, 32, "the open RDMA WRITE's RETH length"),
+    ("recv_off", 192, 32, "bytes placed so far of the open SEND"),
     # --- record bytes 108..127: software-owned ---
-    ("rcqn", 224, 24),           # receive completion queue number
-    ("log_rq_size", 248, 4),     # log2 of receive-queue entries
-    ("pd", 256, 24),             # protection domain
-    ("access", 280, 4),          # Access: what remote peers may do through this QP
-    ("min_rnr_timer", 288, 5),   # RNR NAK timer code (IBTA table: 0 = 655.36 ms, 1 = 0.01 ms, ...)
-    ("max_dest_rd_atomic", 296, 3),  # READ / atomic resources, 0..MAX_RD_ATOMIC
-    ("rq_base", 320, 64),        # receive-queue base (bus address, 64-byte aligned)
+    ("rcqn", 224, 24, "receive completion queue number"),
+    ("log_rq_size", 248, 4, "log2 of receive-queue entries"),
+    ("pd", 256, 24, "protection domain"),
+    ("access", 280, 4, "Access flags: what remote peers may do through this QP"),
+    ("min_rnr_timer", 288, 5, "RNR NAK timer code sent in an RNR NAK (`RNR_TIMER_US`)"),
+    ("max_dest_rd_atomic", 296, 3, "READ / atomic resource slots, 0..4 (0: READ and atomics are refused)"),
+    ("rq_base", 320, 64, "receive-queue base (bus address, 64-byte aligned)"),
 )
 
-SGE_FIELDS: tuple[tuple[str, int, int], ...] = (
-    ("addr", 0, 64),             # virtual address, inside the MR of ``lkey``
-    ("length", 64, 32),
-    ("lkey", 96, 32),
+SGE_TABLE: tuple[tuple[str, int, int, str], ...] = (
+    ("addr", 0, 64, "virtual address, inside the MR of `lkey`"),
+    ("length", 64, 32, "bytes"),
+    ("lkey", 96, 32, "L_Key of an MR of the QP's PD with LOCAL_WRITE"),
 )
 
-RECV_WQE_FIELDS: tuple[tuple[str, int, int], ...] = (
-    ("wr_id", 0, 64),            # returned in the CQE
-    ("num_sge", 64, 8),          # 0..RECV_SGES; entries past it are ignored
+RECV_WQE_TABLE: tuple[tuple[str, int, int, str], ...] = (
+    ("wr_id", 0, 64, "returned in the CQE"),
+    ("num_sge", 64, 8, "scatter entries used, 0..3; entries past it are ignored"),
     # bytes 9..15 reserved; SGE i at bytes 16 + 16 * i
 )
 
-MR_FIELDS: tuple[tuple[str, int, int], ...] = (
-    ("va", 0, 64),               # first virtual address of the region
-    ("length", 64, 64),          # bytes
-    ("addr", 128, 64),           # bus address of ``va`` (the region is contiguous on the bus)
-    ("pd", 192, 24),             # protection domain
-    ("access", 216, 8),          # Access
-    ("key", 224, 8),             # the key's variant byte: bits 7:0 of every key of this region
-    ("state", 232, 8),           # MrState
+MR_TABLE: tuple[tuple[str, int, int, str], ...] = (
+    ("va", 0, 64, "first virtual address of the region"),
+    ("length", 64, 64, "bytes"),
+    ("addr", 128, 64, "bus address of `va` (the region is contiguous on the bus)"),
+    ("pd", 192, 24, "protection domain"),
+    ("access", 216, 8, "Access flags: 1 LOCAL_WRITE, 2 REMOTE_WRITE, 4 REMOTE_READ, 8 REMOTE_ATOMIC"),
+    ("key", 224, 8, "the key's variant byte: bits 7:0 of every key of this region"),
+    ("state", 232, 8, "MrState: 0 INVALID, 1 VALID"),
     # bytes 30..31 reserved
 )
 
-RES_FIELDS: tuple[tuple[str, int, int], ...] = (
-    ("kind", 0, 8),              # ResKind
-    ("first_psn", 8, 24),
-    ("last_psn", 32, 24),        # READ: the last response's PSN; atomic: first_psn
-    ("va", 64, 64),              # the request's virtual address
-    ("rkey", 128, 32),
-    ("length", 160, 32),         # READ length (atomic: 8)
-    ("data", 192, 64),           # READ: bus address of ``va``; atomic: the original value returned
+RES_TABLE: tuple[tuple[str, int, int, str], ...] = (
+    ("kind", 0, 8, "ResKind: 0 FREE, 1 READ, 2 ATOMIC"),
+    ("first_psn", 8, 24, "the request's PSN"),
+    ("last_psn", 32, 24, "READ: the last response's PSN; atomic: first_psn"),
+    ("va", 64, 64, "the request's virtual address"),
+    ("rkey", 128, 32, "the request's R_Key"),
+    ("length", 160, 32, "READ length (atomic: 8)"),
+    ("data", 192, 64, "READ: bus address of `va`; atomic: the original value returned"),
 )
+
+
+def _fields(table):
+    return tuple((name, off, width) for name, off, width, _ in table)
+
+
+RECV_QPC_FIELDS = _fields(RECV_QPC_TABLE)
+SGE_FIELDS = _fields(SGE_TABLE)
+RECV_WQE_FIELDS = _fields(RECV_WQE_TABLE)
+MR_FIELDS = _fields(MR_TABLE)
+RES_FIELDS = _fields(RES_TABLE)
+
+
+def markdown_table(table, first_byte: int = 0) -> str:
+    """A byte table of one format for docs/receive.md (byte numbers from ``first_byte``)."""
+    lines = ["| byte(s) | bits | field | width | meaning |", "|---|---|---|---|---|"]
+    for name, off, width, text in table:
+        lo, hi = first_byte + off // 8, first_byte + (off + width - 1) // 8
+        whole = off % 8 == 0 and width % 8 == 0
+        bits = "" if whole else f"{off % 8 + width - 1}:{off % 8}" if width > 1 else f"{off % 8}"
+        lines.append(f"| {lo if lo == hi else f'{lo}–{hi}'} | {bits} | `{name}` | {width} | {text} |")
+    return "\n".join(lines)
+
+
+def markdown_tables() -> str:
+    """Every receive-path format, as docs/receive.md shows them (tests check the page holds this text)."""
+    parts = [("QP context, receive half (record bytes 80..127)", RECV_QPC_TABLE, RECV_QPC_OFFSET),
+             ("Receive WQE header (bytes 0..15; SGE i at bytes 16 + 16 i)", RECV_WQE_TABLE, 0),
+             ("Scatter entry (16 bytes)", SGE_TABLE, 0),
+             ("MR record (32 bytes)", MR_TABLE, 0),
+             ("Responder resource slot (32 bytes)", RES_TABLE, 0)]
+    return "\n\n".join(f"**{title}**\n\n{markdown_table(t, b)}" for title, t, b in parts)
 
 
 class MrState(enum.IntEnum):

@@ -34,10 +34,15 @@ from .recv_records import RECV_MUTABLE_BYTES, RECV_QPC_BYTES, RECV_QPC_OFFSET, O
 from .regs import ErrBit
 from .wqe import CqeStatus
 
-__all__ = ["RxDrop", "Outcome", "Verdict", "Syndrome", "RNR_NAK", "PSN_MASK", "ResponderSettings", "Responder",
+__all__ = ["RNR_TIMER_US", "RxDrop", "Outcome", "Verdict", "Syndrome", "RNR_NAK", "PSN_MASK", "ResponderSettings", "Responder",
            "psn_delta", "RESPONDING_STATES", "RESPONSE_OPERATIONS", "COUNT_NAMES"]
 
 PSN_MASK = (1 << 24) - 1
+#: The IBTA RNR NAK timer: code -> microseconds (Vol 1, "RNR NAK timer field"). Linux rxe's table gives
+#: code 25 as 61410; the spec (and this table) say 61440.
+RNR_TIMER_US = (655360, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 640, 960, 1280, 1920, 2560, 3840,
+                5120, 7680, 10240, 15360, 20480, 30720, 40960, 61440, 81920, 122880, 163840, 245760, 327680,
+                491520)
 RNR_NAK = 0x20                      # AETH syndrome of an RNR NAK: 0x20 | the QP's min RNR timer code
 #: QP states in which the responder answers (IBTA: the receive side keeps working in SQD and SQE).
 RESPONDING_STATES = frozenset({QpState.RTR, QpState.RTS, QpState.SQD, QpState.SQE})

@@ -634,3 +634,10 @@ def test_corrupted_frames_are_dropped_and_change_nothing():
             w = twin.b.resp.receive(twin.frame(Opcode[prefix + kind], 100, data_of(n, i), **fields))
             assert (v.outcome, w.outcome) == (Outcome.EXECUTED, Outcome.EXECUTED), ctx
             assert pair.b.mem.pages == twin.b.mem.pages, ctx
+
+
+def test_docs_show_the_formats():
+    from pathlib import Path
+    from rnic.model.recv_records import markdown_tables
+    page = Path(__file__).resolve().parents[2] / "docs" / "receive.md"
+    assert markdown_tables() in page.read_text(encoding="utf-8"), "regenerate the tables in docs/receive.md"
