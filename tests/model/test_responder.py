@@ -587,7 +587,7 @@ def test_scapy_built_requests_execute():
 
 
 def test_connectx4_cnp_is_counted_and_changes_nothing():
-    from test_model_published import CONNECTX4_CNP
+    from rnic.model.published import CONNECTX4_CNP
     from rnic.model.receive import PortAddresses, ipv4_gid
     from rnic.model.frames import parse_frame
     desc, _ = parse_frame(LinkMode.ROCEV2_IPV4, CONNECTX4_CNP)
