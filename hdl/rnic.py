@@ -13,7 +13,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..model.descriptor import DESC_FIELDS
 from ..model.config import RnicConfig
-from ..model.regs import caps, caps2
+from ..model.regs import SGID_ENTRIES, caps, caps2
 from .bus import AXI4LiteSignature, AXI4Signature, AXIStreamSignature, skid_stage, stream_to_axis
 from .dma import AxiInterconnect, PayloadReader
 from .engine import DescriptorEngine, FrameGate
@@ -21,6 +21,7 @@ from .fifo import BlockFIFO
 from .narrow import NarrowPort
 from .packet_builder import EARLY_BITS, LATE_FIELDS, PacketBuilder
 from .qp_cache import CtrlOp, QpCache
+from .receive.front_end import RxFrontEnd
 from .regs import RegisterBlock
 
 __all__ = ["Rnic"]
@@ -68,8 +69,8 @@ class Rnic(wiring.Component):
 
     def block_factories(self):
         """Constructors of the blocks as this engine builds them, by submodule name: ``regs``,
-        ``cache``, ``engine``, ``reader``, ``builder``, ``gate``, ``axi`` (``rnic.fpga synth --block``
-        synthesizes one alone)."""
+        ``cache``, ``engine``, ``reader``, ``builder``, ``gate``, ``axi``, and ``rx``, the receive front end
+        (``rnic.fpga synth --block`` synthesizes one alone)."""
         c = self.config
         W = c.width
         return {
@@ -89,6 +90,8 @@ class Rnic(wiring.Component):
             # the next packet for the burst's length
             "axi": lambda: AxiInterconnect(len(_MASTERS), data_width=W,
                                            urgent=[i for i, n in enumerate(_MASTERS) if n != "payload"]),
+            # the receive path's front end, synthesized alone until the responder joins it to the engine
+            "rx": lambda: RxFrontEnd(W, n_gids=SGID_ENTRIES),
         }
 
     def elaborate(self, platform):
