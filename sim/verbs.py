@@ -20,6 +20,14 @@ Driver rules (docs/engine.md):
   fields are written back first), then rewrites the record in host memory. ``query_qp`` does the
   same without the rewrite. A QP must have no WQE in flight when it is modified; waiting for
   STATUS.IDLE is the simple, always-correct way.
+
+The receive side (docs/receive.md): ``create_qp(qpn, ctx, rx)`` also writes the receive half of the
+record (:class:`~rnic.model.recv_records.RecvContext`: receive CQ, RQ ring, PD, access flags, min RNR
+timer, max_dest_rd_atomic), ``modify_qp`` takes those fields too, ``reg_mr`` / ``dereg_mr`` write the
+MR table, ``post_recv`` writes a receive WQE and rings the RQ doorbell, and ``poll_cq`` returns
+receive completions like send completions. The RQ doorbell needs a device with a receive path
+(``rq_doorbell``): today the model (:class:`ModelDevice` with a
+:class:`~rnic.model.responder.Responder`); the RTL's comes with its responder.
 """
 
 from __future__ import annotations
@@ -28,6 +36,8 @@ import dataclasses
 
 from ..model.engine import EngineModel, RegisterSettings, sq_slot
 from ..model.qpc import RECORD_BYTES, PathMtu, QpContext, ServiceType
+from ..model.recv_records import (MR_BYTES, RECV_QPC_BYTES, RECV_QPC_OFFSET, RECV_WQE_BYTES, MemoryRegion, MrState,
+                                  RecvContext, RecvWqe, mr_index, mr_key)
 from ..model.regs import REG
 from ..model.wqe import CQ_RECORD_BYTES, CQE_BYTES, CqContext, Cqe, CqState, Wqe
 
@@ -39,10 +49,16 @@ class VerbsError(RuntimeError):
 
 
 class ModelDevice:
-    """The golden model as a device; it runs to idle after every register write."""
+    """The golden model as a device; it runs to idle after every register write. ``responder`` (a
+    :class:`~rnic.model.responder.Responder` on ``model``) gives it a receive path."""
 
-    def __init__(self, model: EngineModel):
-        self.model = model
+    def __init__(self, model: EngineModel, responder=None):
+        self.model, self.responder = model, responder
+
+    async def rq_doorbell(self, qpn: int, pi: int) -> None:
+        if self.responder is None:
+            raise VerbsError("this device has no receive path")
+        self.responder.rq_doorbell(qpn, pi)
 
     async def write_reg(self, offset: int, value: int) -> None:
         self.model.write_reg(offset, value)
@@ -64,8 +80,11 @@ class ModelDevice:
 class Verbs:
     """A driver for one RNIC ``device`` (see the module docstring)."""
 
-    def __init__(self, device, settings: RegisterSettings):
+    def __init__(self, device, settings: RegisterSettings, *, mr_base: int = 0, mr_size: int = 0):
         self.dev, self.settings = device, settings
+        self.mr_base, self.mr_size = mr_base, mr_size
+        self.rxs: dict[int, RecvContext] = {}
+        self.rq_pi: dict[int, int] = {}
         self.max_mtu = PathMtu.MTU_4096          # until open() reads CAPS2
         self.qps: dict[int, QpContext] = {}
         self.sq_pi: dict[int, int] = {}
@@ -90,21 +109,29 @@ class Verbs:
         self.cqs[cqn], self.cq_ci[cqn], self.polled[cqn] = cq, 0, []
         return cq
 
-    def create_qp(self, qpn: int, ctx: QpContext) -> QpContext:
+    def create_qp(self, qpn: int, ctx: QpContext, rx: RecvContext | None = None) -> QpContext:
+        """Write QP ``qpn``'s record: ``ctx`` and the receive half ``rx`` (default: no receive queue)."""
         if not 0 <= qpn < self.settings.qpc_size:
             raise VerbsError(f"QPN {qpn} is beyond QPC_SIZE {self.settings.qpc_size}")
         ctx = dataclasses.replace(ctx, qpn=qpn)
+        rx = RecvContext() if rx is None else rx
         self._check_mtu(ctx)
-        self.dev.poke(self._qpc(qpn), ctx.pack())
+        self.dev.poke(self._qpc(qpn), ctx.pack()[:RECV_QPC_OFFSET] + rx.pack())
         self.qps[qpn], self.sq_pi[qpn] = ctx, ctx.sq_pi
+        self.rxs[qpn], self.rq_pi[qpn] = rx, rx.rq_pi
         return ctx
 
     async def modify_qp(self, qpn: int, **changes) -> QpContext:
-        """Change fields of the QP's context (e.g. ``state``, ``dst_mac``, ``hop_limit``)."""
-        ctx = dataclasses.replace(await self.query_qp(qpn), **changes)
+        """Change fields of the QP's context (e.g. ``state``, ``dst_mac``, ``hop_limit``, and the receive
+        half's ``pd``, ``access``, ``min_rnr_timer``, ``max_dest_rd_atomic``, ...)."""
+        rx_names = {f.name for f in dataclasses.fields(RecvContext)}
+        ctx = await self.query_qp(qpn)
+        rx = RecvContext.unpack(self.dev.peek(self._qpc(qpn) + RECV_QPC_OFFSET, RECV_QPC_BYTES))
+        ctx = dataclasses.replace(ctx, **{k: v for k, v in changes.items() if k not in rx_names})
+        rx = dataclasses.replace(rx, **{k: v for k, v in changes.items() if k in rx_names})
         self._check_mtu(ctx)
-        self.dev.poke(self._qpc(qpn), ctx.pack())
-        self.qps[qpn] = ctx
+        self.dev.poke(self._qpc(qpn), ctx.pack()[:RECV_QPC_OFFSET] + rx.pack())
+        self.qps[qpn], self.rxs[qpn] = ctx, rx
         return ctx
 
     def _check_mtu(self, ctx: QpContext) -> None:
@@ -139,6 +166,38 @@ class Verbs:
     async def ring(self, qpn: int) -> None:
         await self.dev.write_reg(REG["DB_QPN"].offset, qpn)
         await self.dev.write_reg(REG["DB_SQ_PI"].offset, self.sq_pi[qpn])
+
+    def reg_mr(self, index: int, mr: MemoryRegion) -> int:
+        """Register ``mr`` in MR table entry ``index`` (VALID); return its key (the R_Key and L_Key)."""
+        if not 0 <= index < self.mr_size:
+            raise VerbsError(f"MR index {index} is beyond the MR table's {self.mr_size} entries")
+        mr = dataclasses.replace(mr, state=MrState.VALID)
+        self.dev.poke(self.mr_base + index * MR_BYTES, mr.pack())
+        return mr_key(index, mr.key)
+
+    def dereg_mr(self, key: int) -> None:
+        """Invalidate the MR entry ``key`` names (its variant byte must match)."""
+        addr = self.mr_base + mr_index(key) * MR_BYTES
+        mr = MemoryRegion.unpack(self.dev.peek(addr, MR_BYTES))
+        if mr_index(key) >= self.mr_size or mr.key != key & 0xFF or mr.state != MrState.VALID:
+            raise VerbsError(f"key 0x{key:08x} names no registered region")
+        self.dev.poke(addr, dataclasses.replace(mr, state=MrState.INVALID).pack())
+
+    async def post_recv(self, qpn: int, wqe: RecvWqe, *, ring: bool = True) -> int:
+        """Write a receive WQE at the software RQ producer index (and ring the RQ doorbell); return it."""
+        rx = self.rxs[qpn]
+        pi = self.rq_pi[qpn]
+        if (pi - self.dev_rq_ci(qpn)) & 0xFFFF >= 1 << rx.log_rq_size:
+            raise VerbsError(f"the receive queue of QP {qpn} is full")
+        self.dev.poke((rx.rq_base & ~0x3F) + (pi % (1 << rx.log_rq_size)) * RECV_WQE_BYTES, wqe.pack())
+        self.rq_pi[qpn] = (pi + 1) & 0xFFFF
+        if ring:
+            await self.dev.rq_doorbell(qpn, self.rq_pi[qpn])
+        return self.rq_pi[qpn]
+
+    def dev_rq_ci(self, qpn: int) -> int:
+        """The RQ consumer index as host memory holds it (the engine writes it back)."""
+        return RecvContext.unpack(self.dev.peek(self._qpc(qpn) + RECV_QPC_OFFSET, RECV_QPC_BYTES)).rq_ci
 
     async def poll_cq(self, cqn: int, max_entries: int | None = None) -> list[Cqe]:
         """The new CQEs (by owner phase), oldest first; their slots are handed back with CQ_DB_CI."""
