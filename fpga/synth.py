@@ -172,6 +172,10 @@ class _PortRegisters(wiring.Component):
         return m
 
 
+_ABC_NAME_CLASH = "Assert `count_id(wire->name) == 0' failed"
+_SPLIT_FIRST = "hierarchy -top top; proc; flatten; splitnets -ports; opt_clean"
+
+
 def _run(cmd: list[str], cwd: Path, log: Path) -> None:
     with open(log, "w") as f:
         proc = subprocess.run(cmd, cwd=cwd, stdout=f, stderr=subprocess.STDOUT)
@@ -270,9 +274,18 @@ def synthesize(component_factory, name: str, *, device: str = "ecp5-25f", target
     synth = (f"synth_ecp5 -top top -abc9 -run begin:map_gates; {SMALL_ALU_TO_LUTS}; "
              f"synth_ecp5 -top top -abc9 -run map_gates:") if dev.family == "ecp5" else \
         "synth_ice40 -top top -abc9" + (" -dsp" if dev.dsp else "")
-    _run([yosys, "-q", "-l", "yosys.log", "-p",
-          f"read_rtlil top.il; chformal -remove; {FSM_ONE_HOT}; {synth} -json top.json; tee -q -o stat.json stat -json"],
-         workdir, workdir / "yosys.out")
+    script = f"{synth} -json top.json; tee -q -o stat.json stat -json"
+    try:
+        _run([yosys, "-q", "-l", "yosys.log", "-p", f"read_rtlil top.il; chformal -remove; {FSM_ONE_HOT}; {script}"],
+             workdir, workdir / "yosys.out")
+    except RuntimeError:
+        if _ABC_NAME_CLASH not in (workdir / "yosys.log").read_text(errors="replace"):
+            raise
+        # yosys' ABC reintegration can trip over a wire name it creates twice (YosysHQ/yosys#4349);
+        # flattening and splitting the nets first avoids it
+        _run([yosys, "-q", "-l", "yosys.log", "-p",
+              f"read_rtlil top.il; chformal -remove; {FSM_ONE_HOT}; {_SPLIT_FIRST}; {script}"],
+             workdir, workdir / "yosys.out")
     t2 = time.monotonic()
     cells = _read_cells(workdir / "stat.json")
     counts = yosys_counts(cells, dev.family)

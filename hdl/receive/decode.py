@@ -11,6 +11,7 @@ from ...model import headers as hd
 from ...model.descriptor import MAX_PAYLOAD, LinkMode
 from ...model.opcodes import Opcode
 from ...model.receive import DropReason
+from ..descriptor import DescriptorLayout
 from .crc_check import record_layout
 from .layouts import ETH_MIN_FRAME, LAYOUTS, LEN_BITS, be_field, byte_of, ext_offsets, opcode_props, result_layout
 
@@ -34,7 +35,7 @@ def _window(m, hdr, starts, select, nbytes, name):
 class FrameDecode(wiring.Component):
     """Checks one :func:`~.crc_check.record_layout` record per frame and emits its :func:`result_layout`:
     ``ok`` or the first failing :class:`~rnic.model.receive.DropReason`, and the parsed descriptor, equal
-    to :func:`~rnic.model.frames.parse_frame`'s for a frame that passes. Two pipeline stages; ``i.ready``
+    to :func:`~rnic.model.frames.parse_frame`'s for a frame that passes. Three pipeline stages; ``i.ready``
     is ``o.ready`` or an empty output (the stages advance together).
 
     Members
@@ -60,18 +61,17 @@ class FrameDecode(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         adv = Signal()
-        v1, v2 = Signal(), Signal()
-        m.d.comb += [adv.eq(~v2 | self.o.ready), self.i.ready.eq(adv), self.o.valid.eq(v2)]
+        full = Signal(3)                # valid bits of stages 1, 2 and 3 (the output)
+        m.d.comb += [adv.eq(~full[2] | self.o.ready), self.i.ready.eq(adv), self.o.valid.eq(full[2])]
         with m.If(adv):
-            m.d.sync += [v1.eq(self.i.valid), v2.eq(v1)]
+            m.d.sync += full.eq(Cat(self.i.valid, full[:2]))
 
         # --- stage 1: what the frame is and where its headers are ----------------------------------
         r = self.i.payload
         hdr = r.hdr
         s1 = Signal(data.StructLayout({
             "r": record_layout(), "net": 8 * NET_BYTES, "tr": 8 * TRANSPORT_BYTES, "ib": 1,
-            "tagged": 1, "stacked": 1, "mode": 3, "mode_ok": 1, "l2_short": 1, "need": LEN_BITS,
-            "csum": 16}))
+            "tagged": 1, "stacked": 1, "mode": 3, "mode_ok": 1, "l2_short": 1, "need": LEN_BITS}))
         ethertype = Cat(byte_of(hdr, 13), byte_of(hdr, 12))
         tagged = ethertype == hd.ETHERTYPE_VLAN
         inner = Mux(tagged, Cat(byte_of(hdr, 17), byte_of(hdr, 16)), ethertype)
@@ -91,27 +91,19 @@ class FrameDecode(wiring.Component):
         net = _window(m, hdr, {0: 14, 1: 18, 2: hd.LRH.SIZE}, Mux(self.ib, 2, tagged), NET_BYTES, "net_window")
         tr = _window(m, hdr, {la.index: la.bth for la in LAYOUTS}, layout, TRANSPORT_BYTES, "transport_window")
         need = Array(Const(la.need, LEN_BITS) for la in LAYOUTS)[layout]
-        # IPv4 header checksum over the header with its checksum field taken as zero (ipv4_checksum)
-        words = [Cat(byte_of(net, 2 * i + 1), byte_of(net, 2 * i)) for i in range(10) if i != 5]
-        total = Signal(20)
-        m.d.comb += total.eq(sum(words))
-        fold1 = Signal(17)
-        m.d.comb += fold1.eq(total[:16] + total[16:])
-        csum = Signal(16)
-        m.d.comb += csum.eq(~(fold1[:16] + fold1[16]))
         with m.If(adv):
             m.d.sync += [s1.r.eq(r), s1.net.eq(net), s1.tr.eq(tr), s1.ib.eq(self.ib), s1.tagged.eq(tagged),
                          s1.stacked.eq(tagged & (inner == hd.ETHERTYPE_VLAN)), s1.mode.eq(mode),
-                         s1.mode_ok.eq(mode_ok), s1.need.eq(need), s1.csum.eq(csum),
+                         s1.mode_ok.eq(mode_ok), s1.need.eq(need),
                          s1.l2_short.eq(Mux(self.ib, r.length < hd.LRH.SIZE,
                                             (r.length < 14) | (tagged & (r.length < 18))))]
 
-        # --- stage 2: the checks in classify's order, and the descriptor ----------------------------
+        # --- stage 2: every check's condition, the descriptor ---------------------------------------
         rec, net, tr = s1.r, s1.net, s1.tr
         length, ib = rec.length, s1.ib
         md = s1.mode
-        v4, v6, v1 = md == LinkMode.ROCEV2_IPV4, md == LinkMode.ROCEV2_IPV6, md == LinkMode.ROCEV1
-        grh_mode = v1 | (md == LinkMode.IB_GLOBAL)
+        v4, v6, roce1 = md == LinkMode.ROCEV2_IPV4, md == LinkMode.ROCEV2_IPV6, md == LinkMode.ROCEV1
+        grh_mode = roce1 | (md == LinkMode.IB_GLOBAL)
         l2 = Mux(ib, 0, Mux(s1.tagged, 18, 14))
         udp = Mux(v4, hd.IPv4.SIZE, hd.IPv6.SIZE)
         ip4 = {n: be_field(net, 0, hd.IPv4, n) for n in ("version", "ihl", "tos", "total_length", "ident", "flags",
@@ -151,18 +143,15 @@ class FrameDecode(wiring.Component):
             m.d.comb += end.eq(l2 + Mux(v4, ip4["total_length"], hd.IPv6.SIZE + ip6["payload_length"]))
             udp_want = Mux(v4, ip4["total_length"] - hd.IPv4.SIZE, ip6["payload_length"])
             m.d.comb += len_bad.eq((end > length) | ((end != length) & (length > ETH_MIN_FRAME)) |
-                                   (end < bth_at + hd.BTH.SIZE + 4) | (~v1 & (udp_len_field != udp_want)))
+                                   (end < bth_at + hd.BTH.SIZE + 4) | (~roce1 & (udp_len_field != udp_want)))
         # BAD_LENGTH of the transport (a known opcode): icrc_at is where the covered transport ends
         rest = Signal(LEN_BITS + 2)
         m.d.comb += rest.eq(rec.icrc_at - bth_at - hd.BTH.SIZE - ext_len)
-        pad = bth["pad_count"]
-        n = Signal(LEN_BITS + 2)
-        m.d.comb += n.eq(rest - pad)
-        pad_bytes = Cat(byte_of(rec.prepad, 3), byte_of(rec.prepad, 2), byte_of(rec.prepad, 1))
-        pad_dirty = Cat(*((pad > k) & pad_bytes[8 * k:8 * k + 8].any() for k in range(3))).any()
         fits = rec.icrc_at >= bth_at + hd.BTH.SIZE + ext_len
-        tr_bad = known & (~fits | (rest[:2] != 0) | (rest < pad) | pad_dirty | (~payload_ok & (n != 0))
-                          | (fixed & (n != fixed_len)) | (n > MAX_PAYLOAD))
+        # IPv4 header checksum over the header with its checksum field taken as zero (ipv4_checksum)
+        words = [Cat(byte_of(net, 2 * i + 1), byte_of(net, 2 * i)) for i in range(10) if i != 5]
+        csum_total = Signal(20)
+        m.d.comb += csum_total.eq(sum(words))
 
         # addresses
         gid_hit = Signal()
@@ -174,15 +163,15 @@ class FrameDecode(wiring.Component):
         ours = Mux(ib, (lrh["dlid"] == self.lid) & ((md == LinkMode.IB_LOCAL) | gid_hit),
                    (dst_mac == self.mac) & gid_hit)
 
-        checks = [  # (condition, reason) in classify's order
+        early = [  # (condition, reason) in classify's order; the transport and IPv4 checksum rules follow
             (rec.fcs_bad, DropReason.BAD_FCS),
             (s1.l2_short, DropReason.TRUNCATED),
             (s1.stacked | ~s1.mode_ok, DropReason.NOT_ROCE),
             (length < s1.need, DropReason.TRUNCATED),
             (if_net_bad, DropReason.NOT_ROCE),
             (len_bad, DropReason.BAD_LENGTH),
-            (tr_bad, DropReason.BAD_LENGTH),
-            (v4 & (s1.csum != ip4["checksum"]), DropReason.BAD_IP_CHECKSUM),
+        ]
+        late = [
             (bth["tver"] != hd.TVER_IBA, DropReason.BAD_TVER),
             (rec.icrc != rec.icrc_wire, DropReason.BAD_ICRC),
             (ib & (rec.vcrc != rec.vcrc_wire), DropReason.BAD_VCRC),
@@ -190,15 +179,13 @@ class FrameDecode(wiring.Component):
             (~ours, DropReason.NOT_OURS),
             (opcode == Opcode.CNP, DropReason.CNP),
         ]
+        s2 = Signal(data.StructLayout({
+            "early": len(early), "late": len(late), "v4": 1, "csum_total": 20, "csum_field": 16,
+            "rest": LEN_BITS + 2, "fits": 1, "known": 1, "payload_ok": 1, "fixed": 1, "fixed_len": 13, "pad": 2,
+            "prepad": 32, "mode": 3, "payload_start": 8, "desc": DescriptorLayout}))
         out = Signal(result_layout())
-        ok = Signal(init=1)
-        reason = Signal(4)
-        for cond, why in reversed(checks):
-            with m.If(cond):
-                m.d.comb += [ok.eq(0), reason.eq(why)]
-
         d = out.desc
-        fields = [d.mode.eq(md), d.payload_len.eq(n),
+        fields = [d.mode.eq(md),
                   d.opcode.eq(opcode), d.se.eq(bth["se"]), d.migreq.eq(bth["migreq"]), d.pkey.eq(bth["pkey"]),
                   d.fecn.eq(bth["fecn"]), d.becn.eq(bth["becn"]), d.dest_qp.eq(bth["dest_qp"]),
                   d.ackreq.eq(bth["ackreq"]), d.psn.eq(bth["psn"])]
@@ -228,8 +215,36 @@ class FrameDecode(wiring.Component):
             for off, ops in ext_offsets(name).items():
                 with m.If(Cat(*(opcode == op for op in ops)).any()):
                     m.d.comb += getattr(d, name).eq(be_field(tr, hd.BTH.SIZE + off, cls, field))
-        m.d.comb += [out.ok.eq(ok), out.reason.eq(reason), out.mode.eq(md),
-                     out.payload_start.eq(bth_at + hd.BTH.SIZE + ext_len), out.length.eq(n)]
         with m.If(adv):
-            m.d.sync += self.o.payload.eq(out)
+            m.d.sync += [s2.early.eq(Cat(*(c for c, _ in early))), s2.late.eq(Cat(*(c for c, _ in late))),
+                         s2.v4.eq(v4), s2.csum_total.eq(csum_total), s2.csum_field.eq(ip4["checksum"]),
+                         s2.rest.eq(rest), s2.fits.eq(fits), s2.known.eq(known), s2.payload_ok.eq(payload_ok),
+                         s2.fixed.eq(fixed), s2.fixed_len.eq(fixed_len), s2.pad.eq(bth["pad_count"]),
+                         s2.prepad.eq(rec.prepad), s2.mode.eq(md),
+                         s2.payload_start.eq(bth_at + hd.BTH.SIZE + ext_len), s2.desc.eq(out.desc)]
+
+        # --- stage 3: the transport lengths, the IPv4 checksum, the first failing check ------------------
+        n = Signal(LEN_BITS + 2)
+        m.d.comb += n.eq(s2.rest - s2.pad)
+        pad_bytes = Cat(byte_of(s2.prepad, 3), byte_of(s2.prepad, 2), byte_of(s2.prepad, 1))
+        pad_dirty = Cat(*((s2.pad > k) & pad_bytes[8 * k:8 * k + 8].any() for k in range(3))).any()
+        tr_bad = s2.known & (~s2.fits | (s2.rest[:2] != 0) | (s2.rest < s2.pad) | pad_dirty
+                             | (~s2.payload_ok & (n != 0)) | (s2.fixed & (n != s2.fixed_len)) | (n > MAX_PAYLOAD))
+        fold1 = Signal(17)
+        m.d.comb += fold1.eq(s2.csum_total[:16] + s2.csum_total[16:])
+        csum = Signal(16)
+        m.d.comb += csum.eq(~(fold1[:16] + fold1[16]))
+        checks = ([(s2.early[i], why) for i, (_, why) in enumerate(early)]
+                  + [(tr_bad, DropReason.BAD_LENGTH), (s2.v4 & (csum != s2.csum_field), DropReason.BAD_IP_CHECKSUM)]
+                  + [(s2.late[i], why) for i, (_, why) in enumerate(late)])
+        ok = Signal(init=1)
+        reason = Signal(4)
+        for cond, why in reversed(checks):
+            with m.If(cond):
+                m.d.comb += [ok.eq(0), reason.eq(why)]
+        res = Signal(result_layout())
+        m.d.comb += [res.ok.eq(ok), res.reason.eq(reason), res.mode.eq(s2.mode), res.desc.eq(s2.desc),
+                     res.desc.payload_len.eq(n), res.payload_start.eq(s2.payload_start), res.length.eq(n)]
+        with m.If(adv):
+            m.d.sync += self.o.payload.eq(res)
         return m
