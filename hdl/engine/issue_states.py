@@ -116,7 +116,7 @@ class IssueStates:
             # as many as the queue has room for (pf_n < prefetch_max here), the QP has posted and
             # the quota uses
             room = Signal(range(e.wqe_prefetch + 1))
-            m.d.comb += [self.fetching.eq(1), fetch.la_first_addr.eq(la_first_addr),
+            m.d.comb += [self.fetching.eq(1), fetch.la_offer.eq(1), fetch.la_first_addr.eq(la_first_addr),
                          fetch.la_first_short.eq(la_rec.service != ServiceType.UD),
                          room.eq(e.wqe_prefetch - fetch.pf_n),
                          fetch.la_want.eq(Mux(la_posted_capped < room, la_posted_capped, room)),

@@ -83,6 +83,10 @@ class WqeFetch(wiring.Component):
     la_raise, la_first_ci, la_first_ring, la_first_addr, la_first_short, la_want : In
         Strobe (Peek-Go): start a lookahead of ``la_want`` bursts from ``la_first_ci`` of the ring
         ``la_first_ring``; its first burst's address and length.
+    la_offer : In
+        The control is in Peek-Go (``la_first_*`` are current). While no lookahead is held, the
+        lookahead's registers and the AR register load from ``la_first_*`` on ``la_offer``, not on
+        ``la_raise``: the raise, a late decision, drives only the flags and counts.
     la_hold : In
         No lookahead burst is added in this clock (Fetch).
     la_drop, la_qpn_load, la_qpn_from : In
@@ -116,7 +120,7 @@ class WqeFetch(wiring.Component):
             "fetch_raise": In(1), "fetch_state": In(1), "full_read": In(1),
             "pf_raise": In(1), "adopt_lookahead": In(1),
             "la_raise": In(1), "la_first_ci": In(16), "la_first_ring": In(ring_layout), "la_first_addr": In(64),
-            "la_first_short": In(1), "la_want": In(n), "la_hold": In(1),
+            "la_first_short": In(1), "la_want": In(n), "la_offer": In(1), "la_hold": In(1),
             "la_drop": In(1), "la_qpn_load": In(1), "la_qpn_from": In(24),
             "la_valid": Out(1), "la_qpn": Out(24), "la_cnt": Out(n), "la_held": Out(n), "la_here": Out(1),
             "take": In(1), "wqe": Out(512), "wqe_valid": Out(1), "wqe_err": Out(1), "wqe_short": Out(1),
@@ -202,16 +206,19 @@ class WqeFetch(wiring.Component):
         la_slot, pf_slot, fetch_slot = Signal(64), Signal(64), Signal(64)
         m.d.sync += [la_slot.eq(ring_slot(m, la_ring, la_next)), pf_slot.eq(ring_slot(m, self.ring, pf_ci)),
                      fetch_slot.eq(ring_slot(m, self.ring, issue_ci))]
+        # (la_raise comes with la_offer and without la_valid; pf_raise with neither)
+        la_offer = self.la_offer & ~la_valid
         with m.If(~pf_valid):
             m.d.sync += [pf_addr.eq(Mux(self.fetch_state, fetch_slot,
-                                        Mux(la_raise, self.la_first_addr, Mux(la_valid, la_slot, pf_slot)))),
+                                        Mux(la_valid, la_slot, Mux(la_offer, self.la_first_addr, pf_slot)))),
                          pf_short.eq(Mux(self.fetch_state, ~self.full_read & ~self.ud,
-                                         Mux(la_raise, self.la_first_short, Mux(la_valid, la_short, ~self.ud))))]
+                                         Mux(la_valid, la_short, Mux(la_offer, self.la_first_short, ~self.ud))))]
         m.d.sync += [Assert(~pf_raise | (pf_slot == ring_slot(m, self.ring, pf_ci)), "engine: pf_slot stale at a raise\n"),
                      Assert(~la_more | (la_slot == ring_slot(m, la_ring, la_next)), "engine: la_slot stale at a raise\n"),
                      Assert(~fetch_raise | (fetch_slot == ring_slot(m, self.ring, issue_ci)),
                             "engine: fetch_slot stale at a raise\n"),
-                     Assert(~fetch_raise | ~pf_valid, "engine: Fetch raised beside a held AR\n")]
+                     Assert(~fetch_raise | ~pf_valid, "engine: Fetch raised beside a held AR\n"),
+                     Assert(~la_raise | la_offer, "engine: a lookahead raised outside Peek-Go\n")]
         with m.If(fetch_raise):
             m.d.sync += pf_valid.eq(1)
         with m.If(pf_raise):
@@ -222,7 +229,8 @@ class WqeFetch(wiring.Component):
             m.d.sync += [pf_valid.eq(1), la_next.eq(la_next + 1), la_cnt.eq(la_cnt + 1), la_todo.eq(la_todo - 1)]
 
         # --- the control's strobes (after the raises: they win, as in the one-FSM form) -------------
-        with m.If(la_raise):
+        # (la_ci feeds la_here, which Fetch reads only with la_valid)
+        with m.If(la_offer):
             m.d.sync += [la_ci.eq(self.la_first_ci), la_next.eq(self.la_first_ci + 1),
                          la_ring.eq(self.la_first_ring), la_short.eq(self.la_first_short)]
         with m.If(self.la_qpn_load):
