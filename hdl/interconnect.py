@@ -20,6 +20,7 @@ from amaranth.utils import ceil_log2
 
 from .bus import AXI4Signature
 from .fifo import CreditFIFO
+from .prim import replicas
 
 __all__ = ["BW_WINDOW", "AxiInterconnect"]
 
@@ -150,13 +151,13 @@ class AxiInterconnect(wiring.Component):
         # theirs alone. ``ns`` carries what a later step uses of an earlier one's signals and values.
         m = Module()
         ns = SimpleNamespace()
-        self._address_channels(m, ns)
+        self._address_channels(m, platform, ns)
         self._bandwidth_cap(m, ns)
         self._w_channel(m, ns)
         self._response_channels(m, ns)
         return m
 
-    def _address_channels(self, m, ns):
+    def _address_channels(self, m, platform, ns):
         """AR and AW: a one-entry buffer per master, round robin into the output register."""
         n, idw, ib = self._n, self._id_width, self._idx_bits
         ms, axi = self.masters, self.m_axi
@@ -176,7 +177,7 @@ class AxiInterconnect(wiring.Component):
             urgent = self._urgent
             last_o = Signal(range(max(n, 2)), name=f"{ch}_last_o") if urgent else last
             full = Signal(name=f"{ch}_out_full")
-            go = Signal(name=f"{ch}_go")                # budget allows valid (see the cap logic)
+            go = Signal(name=f"{ch}_go", init=1)        # budget allows valid (see the cap logic)
             beats = Signal(9, name=f"{ch}_beats")       # the output register's len + 1
             valid, ready = getattr(axi, ch + "valid"), getattr(axi, ch + "ready")
             m.d.comb += valid.eq(full & go)
@@ -186,9 +187,13 @@ class AxiInterconnect(wiring.Component):
             pick = Signal(range(max(n, 2)), name=f"{ch}_pick_r")
             anyreq = Signal(name=f"{ch}_any_r")
             is_urgent = Cat(*(Const(int(i in urgent)) for i in range(n))).bit_select(pick, 1) if urgent else Const(1)
-            load = ~full | hs
+            # the output register loads (~full | hs, and room in w_order for AW) in two copies
+            # (rnic.hdl.prim): one for its wide fields' enables, one for the arbiter and the flags
+            inputs, fn = [full, go, ready], lambda f, g, r: not f or (g and r)
             if ch == "aw":
-                load = load & w_order.w_rdy
+                inputs, fn = inputs + [w_order.w_rdy], lambda f, g, r, w: (not f or (g and r)) and w
+            load, load_out = replicas(m, platform, [f"{ch}_load", f"{ch}_load_out"], fn, inputs)
+            if ch == "aw":
                 m.d.comb += [w_order.w_en.eq(load & anyreq), w_order.w_data.eq(pick)]
             for i, s in enumerate(ms):
                 s_valid, s_ready = getattr(s, ch + "valid"), getattr(s, ch + "ready")
@@ -208,11 +213,15 @@ class AxiInterconnect(wiring.Component):
                     for i in range(n):
                         with m.Case(i):
                             m.d.comb += take[i].eq(anyreq)
+            with m.Elif(hs):
+                m.d.sync += full.eq(0)
+            with m.If(load_out):
+                with m.Switch(pick):
+                    for i in range(n):
+                        with m.Case(i):
                             m.d.sync += getattr(axi, ch + "id").eq(Cat(bufs[i]["id"], Const(i, ib)))
                             m.d.sync += [getattr(axi, ch + f).eq(bufs[i][f]) for f in _ADDR_FIELDS]
                             m.d.sync += beats.eq(bufs[i]["len"] + 1)
-            with m.Elif(hs):
-                m.d.sync += full.eq(0)
             bvalid_next = [Mux(getattr(s, ch + "valid") & ~bvalid[i], 1, bvalid[i] & ~take[i])
                            for i, s in enumerate(ms)]
             pick_next, any_next = _round_robin(m, f"{ch}_next", bvalid_next,
@@ -245,11 +254,9 @@ class AxiInterconnect(wiring.Component):
         stale = Signal(init=1)           # used changed last clock
         fresh = Signal()                 # room, empty and the fits below are up to date
         fit_ar, fit_aw, fit_both = Signal(), Signal(), Signal()
-        no_cap = Signal(init=1)
         prio_aw = Signal()
         lar, law = out_len1["ar"], out_len1["aw"]
         ar_up, aw_up = out_full["ar"] & out_go["ar"], out_full["aw"] & out_go["aw"]
-        ar_go, aw_go = Signal(), Signal()
 
         # A burst waiting in its output register (valid still low) may go up next clock if it fits
         # beside everything this window has taken and the other channel's burst if that is up, or
@@ -257,17 +264,17 @@ class AxiInterconnect(wiring.Component):
         ar_new = out_full["ar"] & ~ar_up & fresh & Mux(aw_up, fit_both, fit_ar | empty)
         aw_new = out_full["aw"] & ~aw_up & fresh & Mux(ar_up, fit_both, fit_aw | empty)
         conflict = ar_new & aw_new & ~fit_both
-        m.d.comb += [out_go["ar"].eq(no_cap | ar_go), out_go["aw"].eq(no_cap | aw_go)]
         ar_hs, aw_hs = axi.arvalid & axi.arready, axi.awvalid & axi.awready
         rollover = window == BW_WINDOW - 1
+        # out_go: no cap, or the burst may go up next clock (one flip-flop each: a LUT input of
+        # the output registers' load)
         m.d.sync += [
-            no_cap.eq(cap == 0),
             window.eq(window + 1),
             room.eq(cap - used), empty.eq(used == 0), stale.eq(ar_hs | aw_hs | rollover),
             fit_ar.eq(lar <= room), fit_aw.eq(law <= room), fit_both.eq(lar + law <= room),
             fresh.eq(~(ar_hs | aw_hs | rollover) & ~stale & ~out_loaded["ar"] & ~out_loaded["aw"]),
-            ar_go.eq((ar_up & ~axi.arready) | (ar_new & ~(conflict & prio_aw))),
-            aw_go.eq((aw_up & ~axi.awready) | (aw_new & ~(conflict & ~prio_aw))),
+            out_go["ar"].eq((cap == 0) | (ar_up & ~axi.arready) | (ar_new & ~(conflict & prio_aw))),
+            out_go["aw"].eq((cap == 0) | (aw_up & ~axi.awready) | (aw_new & ~(conflict & ~prio_aw))),
         ]
         with m.If(conflict):
             m.d.sync += prio_aw.eq(~prio_aw)
