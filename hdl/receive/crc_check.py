@@ -145,21 +145,18 @@ class CrcCheck(wiring.Component):
 
         # --- output side: masks, CRC feeds, captures ------------------------------------------------
         h = head_slot
-        base = h.j * B
+        base = Cat(Const(0, (B - 1).bit_length()), h.j)          # h.j * B
         lanes_ab = [base + lane for lane in range(B)]
         nbytes = Signal(range(B + 1))
         m.d.comb += nbytes.eq(sum(h.keep[i] for i in range(B)))
         jmask = -(-MASK_BYTES // B)
-        roms = []
+        roms = []                       # per lane: [layout][beat] -> the bits the ICRC sets to one
         for lane in range(B):
-            table = []
-            for la in LAYOUTS:
-                mask = la.ormask()
-                table += [mask[j * B + lane] if j * B + lane < MASK_BYTES else 0 for j in range(jmask)]
-            roms.append(Array(Const(v, 8) for v in table))
+            roms.append(Array(Array(Const(la.ormask()[j * B + lane] if j * B + lane < MASK_BYTES else 0, 8)
+                                    for j in range(jmask)) for la in LAYOUTS))
         masked = Signal(W)
         for lane in range(B):
-            sel = Mux(h.j < jmask, roms[lane][h.layout * jmask + h.j[:max(1, (jmask - 1).bit_length())]], 0)
+            sel = Mux(h.j < jmask, roms[lane][h.layout][h.j[:max(1, (jmask - 1).bit_length())]], 0)
             m.d.comb += byte_of(masked, lane).eq(byte_of(h.data, lane) | sel)
         crc_start = Array(Const(la.crc_start, 8) for la in LAYOUTS)[h.layout]
 
