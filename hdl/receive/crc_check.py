@@ -93,18 +93,26 @@ class CrcCheck(wiring.Component):
         Q = K + 1
 
         # --- input side: the head bytes of the frame coming in, the queue --------------------------
+        # A frame's layout and CRC positions come from its head bytes one clock after the beat that
+        # completes them (its K-th, or its last): `pending` then writes them into the frame's waiting
+        # beats (those with its tag) and into `cur`, which later beats of the frame take as they come.
         head = Signal(8 * HEAD_BYTES)
-        j_in = Signal(LEN_BITS)
+        jh = Signal(range(K + 1))       # head beats seen of the frame coming in (saturates at K)
+        j_in = Signal(LEN_BITS)         # beat number in the frame (saturates)
+        tag = Signal()                  # toggles with every frame
         head_next = Signal(8 * HEAD_BYTES)
         m.d.comb += head_next.eq(head)
         for j in range(K):
             lo = j * B
-            with m.If(j_in == j):
+            with m.If(jh == j):
                 n = min(B, HEAD_BYTES - lo)
                 m.d.comb += head_next[8 * lo:8 * (lo + n)].eq(self.i.payload.data[:8 * n])
-        layout_in, icrc_in, vcrc_in = frame_layout_of(m, head_next, self.ib)
+        head_done = Signal(8 * HEAD_BYTES)
+        pending, pending_tag, pending_open = Signal(), Signal(), Signal()
+        layout_in, icrc_in, vcrc_in = frame_layout_of(m, head_done, self.ib)
+        cur = Signal(data.StructLayout({"valid": 1, "layout": 3, "icrc_at": LEN_BITS, "vcrc_at": LEN_BITS}))
 
-        slot = data.StructLayout({"data": W, "keep": B, "last": 1, "user": 1, "j": LEN_BITS, "ok": 1,
+        slot = data.StructLayout({"data": W, "keep": B, "last": 1, "user": 1, "j": LEN_BITS, "ok": 1, "tag": 1,
                                   "layout": 3, "icrc_at": LEN_BITS, "vcrc_at": LEN_BITS})
         slots = Array(Signal(slot, name=f"slot{s}") for s in range(Q))
         busy = Signal(Q)
@@ -121,22 +129,34 @@ class CrcCheck(wiring.Component):
 
         push = self.i.valid & self.i.ready
         m.d.comb += self.i.ready.eq(~full | pop)
-        completes = (j_in >= K - 1) | self.i.payload.last
+        last_in = self.i.payload.last
+        completes = ((jh == K - 1) | last_in) & (jh != K)
+        m.d.sync += pending.eq(push & completes)
         with m.If(push):
             m.d.sync += [
                 slots[wp].data.eq(self.i.payload.data), slots[wp].keep.eq(self.i.payload.keep),
-                slots[wp].last.eq(self.i.payload.last), slots[wp].user.eq(self.i.payload.user),
-                slots[wp].j.eq(j_in), slots[wp].ok.eq(completes),
+                slots[wp].last.eq(last_in), slots[wp].user.eq(self.i.payload.user),
+                slots[wp].j.eq(j_in), slots[wp].tag.eq(tag),
+                slots[wp].ok.eq(cur.valid), slots[wp].layout.eq(cur.layout),
+                slots[wp].icrc_at.eq(cur.icrc_at), slots[wp].vcrc_at.eq(cur.vcrc_at),
                 wp.eq(Mux(wp == Q - 1, 0, wp + 1)),
-                j_in.eq(Mux(self.i.payload.last, 0, j_in + (j_in != (1 << LEN_BITS) - 1))),
-                head.eq(Mux(self.i.payload.last, 0, head_next)),
+                j_in.eq(Mux(last_in, 0, j_in + (j_in != (1 << LEN_BITS) - 1))),
+                jh.eq(Mux(last_in, 0, Mux(jh == K, K, jh + 1))),
+                head.eq(Mux(last_in, 0, head_next)),
             ]
-        # the beat that completes the head gives its frame's info to every waiting beat (all of this frame)
-        with m.If(push & completes):
+            with m.If(last_in):
+                m.d.sync += [tag.eq(~tag), cur.valid.eq(0)]
+            with m.If(completes):
+                m.d.sync += [head_done.eq(head_next), pending_tag.eq(tag), pending_open.eq(~last_in)]
+        with m.If(pending):
             for s in range(Q):
-                with m.If(~busy[s] | ~slots[s].ok | (wp == s)):
+                waiting = busy[s] & ~slots[s].ok & (slots[s].tag == pending_tag)
+                with m.If(waiting | (push & (wp == s) & (tag == pending_tag))):
                     m.d.sync += [slots[s].layout.eq(layout_in), slots[s].icrc_at.eq(icrc_in),
                                  slots[s].vcrc_at.eq(vcrc_in), slots[s].ok.eq(1)]
+            with m.If(pending_open & ~(push & last_in)):
+                m.d.sync += [cur.valid.eq(1), cur.layout.eq(layout_in), cur.icrc_at.eq(icrc_in),
+                             cur.vcrc_at.eq(vcrc_in)]
         set_busy = Mux(push, 1 << wp, 0)
         clr_busy = Mux(pop, 1 << rp, 0)
         m.d.sync += busy.eq((busy & ~clr_busy) | set_busy)
