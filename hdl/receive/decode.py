@@ -154,14 +154,12 @@ class FrameDecode(wiring.Component):
         m.d.comb += csum_total.eq(sum(words))
 
         # addresses
-        gid_hit = Signal()
+        # (each GID entry's compare is registered; stage 3 combines them)
         dst_gid = Mux(v4, _IPV4_MAPPED | ip4["dst"], ip6["dst"])
-        m.d.comb += gid_hit.eq(Cat(*((self.gids[k] == dst_gid) & self.gid_valid[k]
-                                     for k in range(self.n_gids))).any())
+        gid_eq = Cat(*((self.gids[k] == dst_gid) & self.gid_valid[k] for k in range(self.n_gids)))
         lrh = {nm: be_field(rec.hdr, 0, hd.LRH, nm) for nm in ("vl", "sl", "dlid", "slid")}
         dst_mac = Cat(*(byte_of(rec.hdr, b) for b in range(5, -1, -1)))
-        ours = Mux(ib, (lrh["dlid"] == self.lid) & ((md == LinkMode.IB_LOCAL) | gid_hit),
-                   (dst_mac == self.mac) & gid_hit)
+        addr_ok = Mux(ib, lrh["dlid"] == self.lid, dst_mac == self.mac)
 
         early = [  # (condition, reason) in classify's order; the transport and IPv4 checksum rules follow
             (rec.fcs_bad, DropReason.BAD_FCS),
@@ -176,13 +174,12 @@ class FrameDecode(wiring.Component):
             (rec.icrc != rec.icrc_wire, DropReason.BAD_ICRC),
             (ib & (rec.vcrc != rec.vcrc_wire), DropReason.BAD_VCRC),
             (~known, DropReason.UNKNOWN_OPCODE),
-            (~ours, DropReason.NOT_OURS),
-            (opcode == Opcode.CNP, DropReason.CNP),
         ]
         s2 = Signal(data.StructLayout({
             "early": len(early), "late": len(late), "v4": 1, "csum_total": 20, "csum_field": 16,
             "rest": LEN_BITS + 2, "fits": 1, "known": 1, "payload_ok": 1, "fixed": 1, "fixed_len": 13, "pad": 2,
-            "prepad": 32, "mode": 3, "payload_start": 8, "desc": DescriptorLayout}))
+            "prepad": 32, "mode": 3, "payload_start": 8, "desc": DescriptorLayout,
+            "gid_eq": self.n_gids, "addr_ok": 1, "any_gid": 1, "cnp": 1}))
         out = Signal(result_layout())
         d = out.desc
         fields = [d.mode.eq(md),
@@ -221,7 +218,9 @@ class FrameDecode(wiring.Component):
                          s2.rest.eq(rest), s2.fits.eq(fits), s2.known.eq(known), s2.payload_ok.eq(payload_ok),
                          s2.fixed.eq(fixed), s2.fixed_len.eq(fixed_len), s2.pad.eq(bth["pad_count"]),
                          s2.prepad.eq(rec.prepad), s2.mode.eq(md),
-                         s2.payload_start.eq(bth_at + hd.BTH.SIZE + ext_len), s2.desc.eq(out.desc)]
+                         s2.payload_start.eq(bth_at + hd.BTH.SIZE + ext_len), s2.desc.eq(out.desc),
+                         s2.gid_eq.eq(gid_eq), s2.addr_ok.eq(addr_ok), s2.any_gid.eq(md == LinkMode.IB_LOCAL),
+                         s2.cnp.eq(opcode == Opcode.CNP)]
 
         # --- stage 3: the transport lengths, the IPv4 checksum, the first failing check ------------------
         n = Signal(LEN_BITS + 2)
@@ -236,7 +235,9 @@ class FrameDecode(wiring.Component):
         m.d.comb += csum.eq(~(fold1[:16] + fold1[16]))
         checks = ([(s2.early[i], why) for i, (_, why) in enumerate(early)]
                   + [(tr_bad, DropReason.BAD_LENGTH), (s2.v4 & (csum != s2.csum_field), DropReason.BAD_IP_CHECKSUM)]
-                  + [(s2.late[i], why) for i, (_, why) in enumerate(late)])
+                  + [(s2.late[i], why) for i, (_, why) in enumerate(late)]
+                  + [(~(s2.addr_ok & (s2.any_gid | s2.gid_eq.any())), DropReason.NOT_OURS),
+                     (s2.cnp, DropReason.CNP)])
         ok = Signal(init=1)
         reason = Signal(4)
         for cond, why in reversed(checks):
