@@ -86,9 +86,9 @@ class FrameDecode(wiring.Component):
                                (hd.ETHERTYPE_ROCEV1, LinkMode.ROCEV1)):
                     with m.Case(et):
                         m.d.comb += [mode.eq(md), mode_ok.eq(1)]
-        layout = Signal(3)
-        m.d.comb += layout.eq(Mux(self.ib, Mux(mode == LinkMode.IB_GLOBAL, 7, 6), Cat(tagged, mode[:2])))
-        net = _window(m, hdr, {0: 14, 1: 18, 2: hd.LRH.SIZE}, Mux(self.ib, 2, tagged), NET_BYTES, "net_window")
+        # the windows' selects come straight from the record (CrcCheck decided the same layout)
+        layout = r.layout
+        net = _window(m, hdr, {0: 14, 1: 18, 2: hd.LRH.SIZE}, Mux(self.ib, 2, layout[0]), NET_BYTES, "net_window")
         tr = _window(m, hdr, {la.index: la.bth for la in LAYOUTS}, layout, TRANSPORT_BYTES, "transport_window")
         need = Array(Const(la.need, LEN_BITS) for la in LAYOUTS)[layout]
         with m.If(adv):
