@@ -38,6 +38,33 @@ def _frame(mode, opcode, n, psn):
     return build_frame(desc, bytes(random.Random(psn).randbytes(n)))
 
 
+def _set_port(ctx, dut, port, link: str) -> None:
+    ctx.set(dut.ib, link == "ib")
+    ctx.set(dut.mac, port.mac)
+    ctx.set(dut.lid, port.lid)
+    for k, g in enumerate(sorted(port.gids)):
+        ctx.set(dut.gids[k], g)
+    ctx.set(dut.gid_valid, (1 << len(port.gids)) - 1)
+
+
+async def _send(ctx, dut, frame: bytes, stats: dict) -> None:
+    """Offer ``frame`` beat by beat from the next clock on, counting clocks offered and clocks ready."""
+    lanes = len(dut.s_axis.tkeep)
+    beats = [frame[i:i + lanes] for i in range(0, len(frame), lanes)]
+    for i, beat in enumerate(beats):
+        ctx.set(dut.s_axis.tdata, int.from_bytes(beat.ljust(lanes, b"\0"), "little"))
+        ctx.set(dut.s_axis.tkeep, (1 << len(beat)) - 1)
+        ctx.set(dut.s_axis.tlast, i == len(beats) - 1)
+        ctx.set(dut.s_axis.tvalid, 1)
+        while True:
+            ready = ctx.get(dut.s_axis.tready)
+            stats["offered"] += 1
+            stats["ready"] += ready
+            await ctx.tick()
+            if ready:
+                break
+
+
 def measure(width: int, frames: list[bytes], link: str) -> tuple[int, float]:
     """``(clocks, tready fraction)``: the clocks the frames took to go in back to back, and the fraction of
     clocks with tready high while a beat was offered. Raises AssertionError on a result the model disagrees
@@ -48,26 +75,9 @@ def measure(width: int, frames: list[bytes], link: str) -> tuple[int, float]:
     results, stats = [], {"offered": 0, "ready": 0}
 
     async def source(ctx):
-        ctx.set(dut.ib, link == "ib")
-        ctx.set(dut.mac, port.mac)
-        ctx.set(dut.lid, port.lid)
-        for k, g in enumerate(sorted(port.gids)):
-            ctx.set(dut.gids[k], g)
-        ctx.set(dut.gid_valid, (1 << len(port.gids)) - 1)
+        _set_port(ctx, dut, port, link)
         for frame in frames:
-            beats = [frame[i:i + lanes] for i in range(0, len(frame), lanes)]
-            for i, beat in enumerate(beats):
-                ctx.set(dut.s_axis.tdata, int.from_bytes(beat.ljust(lanes, b"\0"), "little"))
-                ctx.set(dut.s_axis.tkeep, (1 << len(beat)) - 1)
-                ctx.set(dut.s_axis.tlast, i == len(beats) - 1)
-                ctx.set(dut.s_axis.tvalid, 1)
-                while True:
-                    ready = ctx.get(dut.s_axis.tready)
-                    stats["offered"] += 1
-                    stats["ready"] += ready
-                    await ctx.tick()
-                    if ready:
-                        break
+            await _send(ctx, dut, frame, stats)
         ctx.set(dut.s_axis.tvalid, 0)
 
     async def sink(ctx):
@@ -101,19 +111,11 @@ def latency(width: int, sizes=(0, 1, 7, 64, 200, 1000, 1024)) -> tuple[int, int]
         dut = RxFrontEnd(width, n_gids=4)
 
         async def bench(ctx, dut=dut, frame=frame):
-            ctx.set(dut.mac, port.mac)
-            for k, g in enumerate(sorted(port.gids)):
-                ctx.set(dut.gids[k], g)
-            ctx.set(dut.gid_valid, (1 << len(port.gids)) - 1)
+            _set_port(ctx, dut, port, "ethernet")
             ctx.set(dut.m_result.ready, 1)
-            beats = [frame[i:i + lanes] for i in range(0, len(frame), lanes)]
-            for i, beat in enumerate(beats):
-                ctx.set(dut.s_axis.tdata, int.from_bytes(beat.ljust(lanes, b"\0"), "little"))
-                ctx.set(dut.s_axis.tkeep, (1 << len(beat)) - 1)
-                ctx.set(dut.s_axis.tlast, i == len(beats) - 1)
-                ctx.set(dut.s_axis.tvalid, 1)
-                assert ctx.get(dut.s_axis.tready)
-                await ctx.tick()
+            stats = {"offered": 0, "ready": 0}
+            await _send(ctx, dut, frame, stats)
+            assert stats["ready"] == stats["offered"], "a lone frame was held up"
             ctx.set(dut.s_axis.tvalid, 0)
             clocks = 0
             while not ctx.get(dut.m_result.valid):
