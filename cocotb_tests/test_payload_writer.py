@@ -81,9 +81,12 @@ def _plan(rng, n):
 @cocotb.test()
 async def run_random(dut):
     tb = TB(dut)
-    errors = [tb.rng.randrange(SPAN // ERROR_ALIGN) * ERROR_ALIGN for _ in range(24)]
-    await tb.start(errors)
     plan = _plan(tb.rng, 60)
+    # error blocks under the first byte of every fourth frame's first piece (so some frames fail and
+    # most do not), and a few anywhere
+    errors = [p[0][2] // ERROR_ALIGN * ERROR_ALIGN for f, p in plan[::4] if p]
+    errors += [tb.rng.randrange(SPAN // ERROR_ALIGN) * ERROR_ALIGN for _ in range(8)]
+    await tb.start(errors)
     image = bytearray(SPAN)
     want_err = []
     for frame, pieces in plan:
