@@ -105,7 +105,6 @@ class FrameDecode(wiring.Component):
         v4, v6, roce1 = md == LinkMode.ROCEV2_IPV4, md == LinkMode.ROCEV2_IPV6, md == LinkMode.ROCEV1
         grh_mode = roce1 | (md == LinkMode.IB_GLOBAL)
         l2 = Mux(ib, 0, Mux(s1.tagged, 18, 14))
-        udp = Mux(v4, hd.IPv4.SIZE, hd.IPv6.SIZE)
         ip4 = {n: be_field(net, 0, hd.IPv4, n) for n in ("version", "ihl", "tos", "total_length", "ident", "flags",
                                                          "frag_offset", "ttl", "protocol", "checksum", "src", "dst")}
         ip6 = {n: be_field(net, 0, hd.IPv6, n) for n in ("version", "traffic_class", "flow_label", "payload_length",
