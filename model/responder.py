@@ -31,7 +31,7 @@ from .opcodes import Opcode, Position, Transport, opcode_info
 from .qpc import RECORD_BYTES, BusError, PathMtu, QpContext, QpState, ServiceType
 from .receive import DropCounters, Dropped, DropReason, PortAddresses, classify
 from .recv_records import RECV_MUTABLE_BYTES, RECV_QPC_BYTES, RECV_QPC_OFFSET, OpenMessage, RecvContext
-from .regs import ErrBit
+from .regs import SGID_ENTRIES, ErrBit
 from .wqe import CqeStatus
 
 __all__ = ["RNR_TIMER_US", "RxDrop", "Outcome", "Verdict", "Syndrome", "RNR_NAK", "PSN_MASK", "ResponderSettings", "Responder",
@@ -59,7 +59,7 @@ class RxDrop(enum.IntEnum):
     BAD_QPN = 1         # destination QP >= QPC_SIZE (or beyond the engine's max_qps)
     QPC_BUS_ERROR = 2   # the QP context read got SLVERR/DECERR
     QP_STATE = 3        # QP not in RTR, RTS, SQD or SQE
-    BAD_CONTEXT = 4     # the context's service, link mode or path MTU is not valid for this engine
+    BAD_CONTEXT = 4     # the context's service, link mode, path MTU or SGID index is not valid for this engine
     WRONG_SERVICE = 5   # the opcode is not of the QP's service
     PKEY = 6            # BTH P_Key does not match the QP's
     QKEY = 7            # UD: DETH Q_Key does not match the QP's
@@ -313,7 +313,7 @@ class Responder:
             ServiceType(ctx.service), LinkMode(ctx.link_mode), PathMtu(ctx.path_mtu)
         except ValueError:
             return False
-        return ctx.path_mtu <= self.engine.max_mtu
+        return ctx.path_mtu <= self.engine.max_mtu and ctx.sgid_index < SGID_ENTRIES
 
     def _check_psn(self, p: Packet) -> None:
         """RC: in order goes on; a duplicate is answered (:meth:`Executor.duplicate`); ahead: one NAK PSN
