@@ -28,9 +28,12 @@ class CqOp(enum.Enum, shape=1):
     SET_CI = 1   # CQ_DB_CI: store ``ci`` in CQ context ``cqn``
 
 
+#: One command. ``recv`` = 0: a send-queue completion (CQE flags = CQE_FLAG_SQ; ``imm``, ``flags``,
+#: ``src_qp`` and ``slid`` ignored and written as 0); 1: a receive completion, those four from the command.
 cq_cmd_layout = data.StructLayout({
     "op": CqOp, "cqn": 24, "ci": 16,
     "wr_id": 64, "byte_len": 32, "qpn": 24, "opcode": 8, "status": 8, "wqe_index": 16,
+    "recv": 1, "imm": 32, "flags": 8, "src_qp": 24, "slid": 16,
 })
 
 #: One error report (ErrBit, the QPN or CQN it concerns, the CQE status involved or 0).
@@ -138,7 +141,9 @@ class CqeWriter(wiring.Component):
         m.d.comb += [
             cqe.wr_id.eq(c.wr_id), cqe.byte_len.eq(Mux(overflow, 0, c.byte_len)), cqe.qpn.eq(c.qpn),
             cqe.opcode.eq(c.opcode), cqe.status.eq(Mux(overflow, CqeStatus.CQ_OVERFLOW, c.status)),
-            cqe.flags.eq(CQE_FLAG_SQ), cqe.wqe_index.eq(c.wqe_index),
+            cqe.flags.eq(Mux(c.recv, c.flags, CQE_FLAG_SQ)), cqe.wqe_index.eq(c.wqe_index),
+            cqe.imm.eq(Mux(c.recv, c.imm, 0)), cqe.src_qp.eq(Mux(c.recv, c.src_qp, 0)),
+            cqe.slid.eq(Mux(c.recv, c.slid, 0)),
             cqe.owner.eq(~(pi >> log_size[:4])[0]),
         ]
         cqe_bits = Signal(256)
