@@ -3,7 +3,7 @@ pieces of them written to host memory (cocotbext-axi ``AxiRam`` through :class:`
 
 Random frames of 1..4200 bytes, each with 0..3 pieces (random disjoint ranges of the frame, in random
 order, to random unaligned addresses, some across 4 KiB boundaries), random write latency and pauses on
-every channel, random valid / ready on the streams, and SLVERR blocks. Expected: host memory equal to a
+every channel, random valid / ready on the streams, SLVERR blocks, and one piece in five writing zeros. Expected: host memory equal to a
 Python image of the pieces' bytes, bursts split as :func:`rnic.model.engine.split_bursts` splits them (at
 most ``max_burst`` beats, never across 4 KiB), every beat written except those in an error block (the RAM
 model writes a burst beat by beat, as a real memory may), and one result per frame, in order, flagged
@@ -41,7 +41,7 @@ class TB:
         self.frames = sim_tb.StreamSource(dut, "frames", rng=self.rng,
                                           encode=lambda beat: beat[0] | beat[1] << w | beat[2] << (w + b))
         self.pieces = sim_tb.StreamSource(dut, "pieces", rng=self.rng,
-                                          encode=lambda p: p[0] | p[1] << 16 | p[2] << 32 | p[3] << 96)
+                                          encode=lambda p: p[0] | p[1] << 16 | p[2] << 32 | p[3] << 96 | p[4] << 97)
         self.done = []
         self.sink = sim_tb.StreamSink(dut, "done", on_transfer=self.done.append, rng=self.rng)
 
@@ -62,7 +62,8 @@ class TB:
 
 
 def _plan(rng, n):
-    """Frames and their pieces: ``[(frame, [(src, length, addr), ...])]``, pieces in random order."""
+    """Frames and their pieces: ``[(frame, [(src, length, addr, zero), ...])]``, pieces in random order (one in
+    five writes zeros)."""
     out = []
     for _ in range(n):
         frame = rng.randbytes(rng.choice([1, 7, 64, 300, rng.randint(1, 4200)]))
@@ -72,7 +73,7 @@ def _plan(rng, n):
             addr = rng.randrange(SPAN - 8192)
             if rng.random() < 0.2:
                 addr = (addr | 0xFFF) - rng.randrange(hi - lo + 1)        # across a 4 KiB boundary
-            pieces.append((lo, hi - lo, addr))
+            pieces.append((lo, hi - lo, addr, int(rng.random() < 0.2)))
         rng.shuffle(pieces)
         out.append((frame, pieces))
     return out
@@ -92,8 +93,9 @@ async def run_random(dut):
     for frame, pieces in plan:
         tb.send_frame(frame)
         failed = False
-        for k, (src, length, addr) in enumerate(pieces or [(0, 0, 0)]):
-            tb.pieces.send((src, length, addr, int(k == max(len(pieces), 1) - 1)))
+        for k, (src, length, addr, zero) in enumerate(pieces or [(0, 0, 0, 0)]):
+            tb.pieces.send((src, length, addr, int(k == max(len(pieces), 1) - 1), zero))
+            data = bytes(len(frame)) if zero else frame
             for start, beats in split_bursts(addr, length, tb.lanes, MAX_BURST):
                 for k in range(beats):      # the RAM writes a burst beat by beat; a beat in an error block fails
                     beat = start + k * tb.lanes
@@ -101,7 +103,7 @@ async def run_random(dut):
                     if any(e <= beat < e + ERROR_ALIGN for e in errors):
                         failed = True
                     else:
-                        image[lo:hi] = frame[src + lo - addr:src + hi - addr]
+                        image[lo:hi] = data[src + lo - addr:src + hi - addr]
         want_err.append(failed)
     while len(tb.done) < len(plan):
         await RisingEdge(dut.clk)

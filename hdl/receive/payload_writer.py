@@ -18,9 +18,10 @@ PAGE = 4096
 
 
 def piece_layout():
-    """One write: ``length`` bytes of the oldest held frame from byte ``src`` to bus address ``addr``;
-    ``last`` releases the frame after this piece (a frame written nowhere takes one piece of length 0)."""
-    return data.StructLayout({"src": 16, "length": 16, "addr": 64, "last": 1})
+    """One write: ``length`` bytes of the oldest held frame from byte ``src`` to bus address ``addr`` (with
+    ``zero``: ``length`` zero bytes instead); ``last`` releases the frame after this piece (a frame written
+    nowhere takes one piece of length 0)."""
+    return data.StructLayout({"src": 16, "length": 16, "addr": 64, "last": 1, "zero": 1})
 
 
 class PayloadWriter(wiring.Component):
@@ -144,7 +145,7 @@ class PayloadWriter(wiring.Component):
                         m.d.sync += [burst.eq(n), issued.eq(issued + 1)]
                         m.next = "Data"
             with m.State("Data"):
-                m.d.comb += [axi.wvalid.eq(1), axi.wdata.eq((Cat(lo, hi) >> (shift * 8))[:W]),
+                m.d.comb += [axi.wvalid.eq(1), axi.wdata.eq(Mux(p.zero, 0, (Cat(lo, hi) >> (shift * 8))[:W])),
                              axi.wlast.eq(burst == 1)]
                 for lane in range(B):
                     a = beat_addr + lane
