@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from responder_env import A_QPN, B_QPN, LOCAL_DATA, PD, RECV_MR, REMOTE_MR, Pair
+from rnic.sim.responder_pair import A_QPN, B_QPN, LOCAL_DATA, PD, RECV_MR, REMOTE_MR, Pair
 from rnic.model.descriptor import LinkMode
 from rnic.model.opcodes import Opcode
 from rnic.model.qpc import QpState, ServiceType

@@ -1,5 +1,6 @@
-"""Two model engines on one link for the responder tests: ``a`` (requester, QP 1) sends to ``b`` (responder,
-QP 2). Each node is a whole :class:`EngineModel` with its own host memory, driver and :class:`Responder`."""
+"""Two model engines on one link for the responder tests (model and cocotb): ``a`` (requester, QP 1)
+sends to ``b`` (responder, QP 2). Each node is a whole :class:`EngineModel` with its own host memory, driver
+and :class:`Responder`."""
 
 from __future__ import annotations
 
