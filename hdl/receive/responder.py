@@ -1,0 +1,728 @@
+"""The responder: one received request at a time, checked against its QP and executed against host memory,
+by the rules and in the order of :class:`rnic.model.responder.Responder` (docs/receive.md). See
+:class:`Responder`."""
+
+from __future__ import annotations
+
+from amaranth import Cat, Const, Module, Mux, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ...model.descriptor import LinkMode
+from ...model.opcodes import Opcode
+from ...model.qpc import PathMtu, QpcCacheConfig, ServiceType
+from ...model.recv_records import (CQE_FLAG_GRH, CQE_FLAG_IMM, CQE_FLAG_INV, CQE_FLAG_SOLICITED, MR_BYTES,
+                                   RECV_MUTABLE_BYTES, RECV_QPC_BYTES, RECV_QPC_OFFSET, RECV_SGES, RECV_WQE_BYTES,
+                                   Access, MrState, OpenMessage, RecvOpcode)
+from ...model.regs import SGID_ENTRIES, ErrBit
+from ...model.responder import COUNT_NAMES, RNR_NAK, RxDrop, Syndrome
+from ...model.wqe import CqeStatus
+from ..completion import CqOp, cq_cmd_layout, err_layout
+from ..qp_cache import Op, QpState, Status, request_layout, response_layout
+from .host_access import host_cmd_layout, host_resp_layout
+from .layouts import result_layout
+from .payload_writer import piece_layout
+from .resp_layouts import mr_layout, opcode_class, rx_layout, wqe_layout
+from .response_desc import ResponseDesc
+from ..descriptor import DescriptorLayout
+
+__all__ = ["Responder", "ENGINE_COUNTS"]
+
+#: Engine counters (``COUNTERS`` registers) the responder adds to, one strobe each.
+ENGINE_COUNTS = ("bus_errors", "wqe_errors", "flush_count", "pkt_count")
+_GRH = 40
+_PIECES = 16
+_REMOTE = {Syndrome.INVALID_REQUEST: CqeStatus.REM_INV_REQ_ERR, Syndrome.REMOTE_ACCESS: CqeStatus.REM_ACCESS_ERR,
+           Syndrome.REMOTE_OP_ERR: CqeStatus.REM_OP_ERR}
+
+
+class _Returns:
+    """A return register for a shared sequence of FSM states: ``call`` saves where to go after it."""
+
+    def __init__(self, m, name, targets):
+        self.m, self.targets = m, list(targets)
+        self.reg = Signal(range(len(self.targets)), name=name)
+
+    def call(self, entry, back):
+        self.m.d.sync += self.reg.eq(self.targets.index(back))
+        self.m.next = entry
+
+    def back(self):
+        with self.m.Switch(self.reg):
+            for i, t in enumerate(self.targets):
+                with self.m.Case(i):
+                    self.m.next = t
+
+
+class Responder(wiring.Component):
+    """Takes one front-end result at a time (``result``) and answers it: a drop, an ACK / NAK / RNR NAK
+    descriptor on ``resp``, payload pieces on ``pieces`` (the :class:`~.payload_writer.PayloadWriter` holds the
+    frame; every frame gets at least one piece, the last with ``last``), receive CQEs on ``cq_cmd``. The QP's
+    transmit half comes from the QP context cache (``qpc_req`` / ``qpc_resp``, LOOKUP, SET_EPSN, SET_ERROR),
+    the receive half, receive WQEs and MR records from host memory through ``host`` (a
+    :class:`~.host_access.HostAccess`). Every stream is a plain valid/ready handshake; the responder waits on
+    each answer before it goes on, so any stall upstream or on the bus only slows it.
+
+    RDMA READ and atomic requests are not executed yet: they are dropped (``INVALID``) and counted in
+    ``unsupported``.
+    """
+
+    def __init__(self, max_qps: int = 1 << 16, max_mtu: int = PathMtu.MTU_4096,
+                 cache: QpcCacheConfig = QpcCacheConfig()):
+        self.max_qps, self.max_mtu, self.cache_cfg = max_qps, int(max_mtu), cache
+        super().__init__({
+            "result": In(stream.Signature(result_layout())),
+            "qpc_req": Out(stream.Signature(request_layout(cache))),
+            "qpc_resp": In(stream.Signature(response_layout(cache))),
+            "host_cmd": Out(stream.Signature(host_cmd_layout)),
+            "host_resp": In(stream.Signature(host_resp_layout)),
+            "pieces": Out(stream.Signature(piece_layout())),
+            "wdone": In(stream.Signature(data.StructLayout({"err": 1}))),
+            "cq_cmd": Out(stream.Signature(cq_cmd_layout)),
+            "cq_done": In(stream.Signature(data.StructLayout({"qp_error": 1}))),
+            "resp": Out(stream.Signature(DescriptorLayout)),
+            "qpc_base": In(64), "qpc_size": In(24), "mr_base": In(64), "mr_size": In(32), "port_lid": In(16),
+            "sgid_index": Out(4), "sgid_gid": In(128), "sgid_mac": In(48), "sgid_vlan_id": In(12),
+            "sgid_vlan_present": In(1),
+            "drops": Out(data.ArrayLayout(32, len(RxDrop))),
+            "counts": Out(data.StructLayout({n: 32 for n in COUNT_NAMES + ("unsupported",)})),
+            "inc": Out(data.StructLayout({n: 1 for n in ENGINE_COUNTS})),
+            "err": Out(err_layout), "busy": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        res = Signal(result_layout())
+        d = res.desc
+        op = opcode_class(m, d.opcode)
+        qpn = Signal(24)
+        ctx = Signal(self.qpc_resp.payload.record.shape())
+        rx = Signal(rx_layout)
+        wqe = Signal(wqe_layout)
+        mr = Signal(mr_layout)
+        n = Signal(16)                      # payload bytes
+        m.d.comb += [n.eq(res.length), qpn.eq(d.dest_qp)]
+
+        # --- responses ------------------------------------------------------------------------------
+        m.submodules.rdesc = rdesc = ResponseDesc()
+        ack_psn, ack_syn = Signal(24), Signal(8)
+        m.d.comb += [rdesc.ctx.eq(ctx), rdesc.opcode.eq(Opcode.RC_ACKNOWLEDGE), rdesc.psn.eq(ack_psn),
+                     rdesc.syndrome.eq(ack_syn), rdesc.msn.eq(rx.msn), rdesc.port_lid.eq(self.port_lid),
+                     self.sgid_index.eq(ctx.sgid_index[:4]), rdesc.sgid_gid.eq(self.sgid_gid),
+                     rdesc.sgid_mac.eq(self.sgid_mac), rdesc.sgid_vlan_id.eq(self.sgid_vlan_id),
+                     rdesc.sgid_vlan_present.eq(self.sgid_vlan_present), self.resp.payload.eq(rdesc.desc)]
+
+        # --- counters and error reports ----------------------------------------------------------------
+        cnt = self.counts
+        bump = {name: Signal(name=f"bump_{name}") for name in COUNT_NAMES + ("unsupported",)}
+        for name, s in bump.items():
+            with m.If(s):
+                m.d.sync += cnt[name].eq(cnt[name] + 1)
+        drop_now, drop_reason = Signal(), Signal(4)
+        with m.If(drop_now):
+            for r in RxDrop:
+                with m.If(drop_reason == int(r)):
+                    m.d.sync += self.drops[r].eq(self.drops[r] + 1)
+        m.d.sync += [self.err.valid.eq(0)] + [getattr(self.inc, n).eq(0) for n in ENGINE_COUNTS]
+
+        def report(bit):
+            m.d.sync += [self.err.valid.eq(1), self.err.bit.eq(bit), self.err.qpn.eq(qpn), self.err.status.eq(0)]
+
+        def bus_error(bit=None):
+            m.d.comb += bump["bus_errors"].eq(1)
+            m.d.sync += self.inc.bus_errors.eq(1)
+            if bit is not None:
+                report(bit)
+
+        # --- derived values ------------------------------------------------------------------------------
+        log_mtu = Signal(4)
+        mtu = Signal(13)
+        m.d.comb += [log_mtu.eq(ctx.path_mtu[:3] + 7), mtu.eq(Const(1, 13) << log_mtu)]
+        rc, uc, ud = (Signal(name=s) for s in ("rc", "uc", "ud"))
+        m.d.comb += [rc.eq(ctx.service == ServiceType.RC), uc.eq(ctx.service == ServiceType.UC),
+                     ud.eq(ctx.service == ServiceType.UD)]
+        delta = Signal(24)
+        m.d.comb += delta.eq(d.psn - ctx.epsn)
+        rx_addr = Signal(64)
+        m.d.comb += rx_addr.eq((self.qpc_base & ~0x7F) + (qpn << 7) + RECV_QPC_OFFSET)
+        rq_empty = Signal()
+        m.d.comb += rq_empty.eq(rx.rq_ci == rx.rq_pi)
+        wqe_addr = Signal(64)
+        m.d.comb += wqe_addr.eq((rx.rq_base & ~0x3F)
+                                + ((rx.rq_ci & ((Const(1, 17) << rx.log_rq_size) - 1)[:16]) << 6))
+        start = Signal()
+        m.d.comb += start.eq(op.first | op.only)
+        last = Signal()
+        m.d.comb += last.eq(op.last | op.only)
+
+        def mr_addr(key):
+            return self.mr_base + (key[8:32] << 5)
+
+        def mr_ok(key, pd_ok=True):
+            """The MR read for ``key`` names it: valid, the key's variant byte, inside the table, the QP's PD."""
+            return ((mr.state == MrState.VALID) & (mr.key == key[:8]) & (key[8:32] < self.mr_size)
+                    & (mr.pd == rx.pd))
+
+        def covers(va, length):
+            return (mr.va <= va) & ((va + length) <= (mr.va + mr.length))
+
+        def bus_address(va):
+            return (mr.addr + va - mr.va)[:64]
+
+        # --- per-frame registers ---------------------------------------------------------------------------
+        wqe_taken, wqe_have, released, releasing = Signal(), Signal(), Signal(), Signal()
+        nak_syn, nak_status, fstatus = Signal(8), Signal(8), Signal(8)
+        key = Signal(32)                    # the key of the MR read in flight
+        inv_key = Signal(32)
+        off = Signal(32)                    # SEND: where this packet's payload starts in the message
+        cq = Signal(cq_cmd_layout)
+        do_cqe = Signal()
+        wr_id = Signal(64)
+
+        # pieces, held until every check of the frame has passed
+        piece_t = data.StructLayout({"src": 16, "length": 16, "addr": 64, "zero": 1})
+        pmem = Signal(data.ArrayLayout(piece_t, _PIECES))
+        npieces, emit_i = Signal(range(_PIECES + 1)), Signal(range(_PIECES + 1))
+
+        # scatter: parts (0: 20 zero bytes, 1: the GRH or IPv4 header, 2: the payload) x SGEs
+        part, sge_i = Signal(2), Signal(2)
+        base = Signal(33)
+        p_off, p_len, p_src, p_zero = Signal(32), Signal(16), Signal(16), Signal()
+        l2 = Signal(8)
+        m.d.comb += l2.eq(Mux(res.mode >= LinkMode.IB_LOCAL, 8, 14 + 4 * d.vlan_present))
+        with m.Switch(part):
+            with m.Case(0):
+                m.d.comb += [p_off.eq(0), p_len.eq(20), p_src.eq(0), p_zero.eq(1)]
+            with m.Case(1):
+                v4 = res.mode == LinkMode.ROCEV2_IPV4
+                m.d.comb += [p_off.eq(Mux(v4, 20, 0)), p_len.eq(Mux(v4, 20, _GRH)), p_src.eq(l2)]
+            with m.Default():
+                m.d.comb += [p_off.eq(Mux(ud, _GRH, off)), p_len.eq(n), p_src.eq(res.payload_start)]
+        sge = wqe.sge[sge_i]
+        lo, hi = Signal(33), Signal(33)
+        sge_end = Signal(33)
+        m.d.comb += [sge_end.eq(base + sge.length),
+                     lo.eq(Mux(p_off > base, p_off, base)),
+                     hi.eq(Mux(p_off + p_len < sge_end, p_off + p_len, sge_end))]
+        sge_va = Signal(64)
+        m.d.comb += sge_va.eq(sge.addr + lo - base)
+        piece_len, piece_va = Signal(16), Signal(64)
+        capacity = Signal(34)
+        m.d.comb += capacity.eq(sum(Mux(i < wqe.num_sge, wqe.sge[i].length, 0) for i in range(RECV_SGES)))
+
+        host, hresp = self.host_cmd, self.host_resp
+        cache_req, cache_resp = self.qpc_req, self.qpc_resp
+
+        def host_read(addr, nbytes):
+            m.d.sync += [host.payload.write.eq(0), host.payload.addr.eq(addr), host.payload.nbytes.eq(nbytes)]
+
+        def host_write(addr, nbytes, wdata):
+            m.d.sync += [host.payload.write.eq(1), host.payload.addr.eq(addr), host.payload.nbytes.eq(nbytes),
+                         host.payload.wdata.eq(wdata)]
+
+        def drop(reason):
+            m.d.comb += [drop_now.eq(1), drop_reason.eq(int(reason))]
+            m.next = "Finish"
+
+        def nak(syn, status=0):
+            m.d.sync += [nak_syn.eq(syn), nak_status.eq(status)]
+            m.next = "Nak"
+
+        def ack(psn, syn):
+            m.d.sync += [ack_psn.eq(psn), ack_syn.eq(syn)]
+            m.next = "Ack"
+
+        def cqe(wr, status, opcode, flags=0, byte_len=0, imm=0, src_qp=0, slid=0):
+            m.d.sync += [cq.op.eq(CqOp.CQE), cq.cqn.eq(rx.rcqn), cq.qpn.eq(qpn), cq.wr_id.eq(wr),
+                         cq.status.eq(status), cq.opcode.eq(opcode), cq.flags.eq(flags), cq.byte_len.eq(byte_len),
+                         cq.imm.eq(imm), cq.src_qp.eq(src_qp), cq.slid.eq(slid), cq.wqe_index.eq(rx.rq_ci),
+                         cq.recv.eq(1)]
+
+        hret = _Returns(m, "hret", ["Rx-Got", "Wqe-Got", "Mr-Got", "Fail-Wqe", "Fl-Got", "Fl-Wqe", "Wrx-Done",
+                                    "Inv-Done"])
+        wret = _Returns(m, "wret", ["Finish", "Drop-Oos", "Drop-Invalid", "Cqe-Maybe", "Fail-Cq", "Fail-3",
+                                    "Fl-Cq", "Ud-Cq", "Ack"])
+        cret = _Returns(m, "cret", ["Fail-2", "Fl-Loop", "Ack-Maybe", "Finish"])
+        fret = _Returns(m, "fret", ["Nak-Ack", "Drop-Invalid", "Fail-2", "Fl-Loop", "Ack-Maybe", "Finish"])
+        # sret (where Set-Error's flush returns) takes fret's and cret's targets by index
+        assert all(t in fret.targets for t in cret.targets)
+        mret = _Returns(m, "mret", ["Inv-Check", "Wmr-Check", "Smr-Check"])
+        sret = _Returns(m, "sret", fret.targets)
+
+        def write_rx(back):
+            wret.call("Wrx-Pre", back)
+
+        def read_mr(k, back):
+            m.d.sync += key.eq(k)
+            host_read(mr_addr(k), MR_BYTES)
+            mret.call("Mr-Read", back)
+
+        with m.FSM() as fsm:
+            m.d.comb += self.busy.eq(~fsm.ongoing("Idle"))
+            with m.State("Idle"):
+                m.d.comb += self.result.ready.eq(1)
+                with m.If(self.result.valid):
+                    m.d.sync += [res.eq(self.result.payload), wqe_taken.eq(0), wqe_have.eq(0), released.eq(0),
+                                 releasing.eq(0),
+                                 npieces.eq(0), do_cqe.eq(0)]
+                    m.next = "Classify"
+
+            with m.State("Classify"):
+                limit = Mux(self.qpc_size < self.max_qps, self.qpc_size, self.max_qps)
+                with m.If(~res.ok):
+                    m.next = "Finish"
+                with m.Elif(op.response):
+                    drop(RxDrop.RESPONSE)
+                with m.Elif(qpn >= limit):
+                    drop(RxDrop.BAD_QPN)
+                with m.Else():
+                    m.next = "Qpc-Req"
+
+            with m.State("Qpc-Req"):
+                m.d.comb += [cache_req.valid.eq(1), cache_req.payload.op.eq(Op.LOOKUP),
+                             cache_req.payload.qpn.eq(qpn)]
+                with m.If(cache_req.ready):
+                    m.next = "Qpc-Resp"
+            with m.State("Qpc-Resp"):
+                m.d.comb += cache_resp.ready.eq(1)
+                with m.If(cache_resp.valid):
+                    m.d.sync += ctx.eq(cache_resp.payload.record)
+                    with m.If(cache_resp.payload.status != Status.OK):
+                        bus_error(ErrBit.BUS_QPC)
+                        drop(RxDrop.QPC_BUS_ERROR)
+                    with m.Else():
+                        host_read(rx_addr, RECV_QPC_BYTES)
+                        hret.call("Host", "Rx-Got")
+
+            # the shared host access: the command registered by the caller, the answer in hdata / herr
+            hdata, herr = Signal(512), Signal()
+            with m.State("Host"):
+                m.d.comb += host.valid.eq(1)
+                with m.If(host.ready):
+                    m.next = "Host-Wait"
+            with m.State("Host-Wait"):
+                m.d.comb += hresp.ready.eq(1)
+                with m.If(hresp.valid):
+                    m.d.sync += [hdata.eq(hresp.payload.rdata), herr.eq(hresp.payload.err)]
+                    hret.back()
+
+            with m.State("Rx-Got"):
+                with m.If(herr):
+                    bus_error(ErrBit.BUS_QPC)
+                    drop(RxDrop.QPC_BUS_ERROR)
+                with m.Else():
+                    m.d.sync += rx.eq(hdata[:8 * RECV_QPC_BYTES])
+                    m.next = "Check"
+
+            with m.State("Check"):
+                responding = ((ctx.state == QpState.RTR) | (ctx.state == QpState.RTS) | (ctx.state == QpState.SQD)
+                              | (ctx.state == QpState.SQE))
+                ctx_ok = ((ctx.service <= ServiceType.UD) & (ctx.link_mode <= LinkMode.IB_GLOBAL)
+                          & (ctx.path_mtu >= PathMtu.MTU_256) & (ctx.path_mtu <= self.max_mtu)
+                          & (ctx.sgid_index < SGID_ENTRIES))
+                pkey_ok = (d.pkey[:15] == ctx.pkey[:15]) & (d.pkey[15] | ctx.pkey[15])
+                with m.If(~responding):
+                    drop(RxDrop.QP_STATE)
+                with m.Elif(~ctx_ok):
+                    drop(RxDrop.BAD_CONTEXT)
+                with m.Elif(op.service != ctx.service):
+                    drop(RxDrop.WRONG_SERVICE)
+                with m.Elif(~pkey_ok):
+                    drop(RxDrop.PKEY)
+                with m.Elif(ud):
+                    with m.If(d.deth_qkey != ctx.qkey):
+                        drop(RxDrop.QKEY)
+                    with m.Elif(n > mtu):
+                        drop(RxDrop.INVALID)
+                    with m.Elif(rq_empty):
+                        drop(RxDrop.NO_RQ_WQE)
+                    with m.Else():
+                        m.d.sync += wqe_taken.eq(1)
+                        host_read(wqe_addr, RECV_WQE_BYTES)
+                        hret.call("Host", "Wqe-Got")
+                with m.Elif(rc):
+                    with m.If((delta != 0) & ~delta[23]):
+                        with m.If(rx.nak_sent):
+                            drop(RxDrop.OUT_OF_SEQ)
+                        with m.Else():
+                            m.d.sync += [rx.nak_sent.eq(1), ack_psn.eq(ctx.epsn), ack_syn.eq(Syndrome.PSN_SEQ_ERR)]
+                            write_rx("Ack")
+                    with m.Elif(delta[23]):
+                        m.d.comb += bump["duplicates"].eq(1)
+                        with m.If(op.send | op.write):
+                            ack(ctx.epsn - 1, Syndrome.ACK)
+                        with m.Else():
+                            m.d.comb += bump["unsupported"].eq(1)
+                            drop(RxDrop.DUP_UNKNOWN)
+                    with m.Else():
+                        m.d.sync += rx.nak_sent.eq(0)
+                        m.next = "Seq"
+                with m.Else():                                  # UC
+                    with m.If((delta != 0) | rx.uc_drop):
+                        with m.If(~start):
+                            m.d.sync += rx.uc_drop.eq(1)
+                            write_rx("Drop-Oos")
+                        with m.Else():
+                            m.d.sync += [rx.uc_drop.eq(0), rx.open.eq(OpenMessage.NONE), ctx.epsn.eq(d.psn)]
+                            m.next = "Seq"
+                    with m.Else():
+                        m.next = "Seq"
+
+            with m.State("Drop-Oos"):
+                drop(RxDrop.OUT_OF_SEQ)
+
+            with m.State("Seq"):
+                open_kind = Mux(op.send, OpenMessage.SEND, OpenMessage.WRITE)
+                starting = start | op.read | op.atomic
+                cont = (op.middle | op.last) & (rx.open == open_kind) & (op.send | op.write)
+                right = Mux(op.write, Access.REMOTE_WRITE, Mux(op.read, Access.REMOTE_READ, Access.REMOTE_ATOMIC))
+                need_right = (op.write | op.read | op.atomic) & starting
+                with m.If((rx.open == OpenMessage.NONE) & ~starting
+                          | (rx.open != OpenMessage.NONE) & ~cont & ~(starting & uc)):
+                    nak(Syndrome.INVALID_REQUEST)
+                with m.Else():
+                    with m.If((rx.open != OpenMessage.NONE) & ~cont):
+                        m.d.sync += rx.open.eq(OpenMessage.NONE)
+                    with m.If(need_right & ~(rx.access & right).any()):
+                        nak(Syndrome.INVALID_REQUEST)
+                    with m.Elif(op.read | op.atomic):
+                        m.d.comb += bump["unsupported"].eq(1)
+                        drop(RxDrop.INVALID)
+                    with m.Elif(op.send | (last & op.imm)):
+                        fresh = ~op.send | start
+                        with m.If(fresh & rq_empty):
+                            with m.If(rc):
+                                ack(d.psn, RNR_NAK | rx.min_rnr_timer)
+                            with m.Else():
+                                drop(RxDrop.NO_RQ_WQE)
+                        with m.Else():
+                            m.d.sync += wqe_taken.eq(1)
+                            host_read(wqe_addr, RECV_WQE_BYTES)
+                            hret.call("Host", "Wqe-Got")
+                    with m.Else():
+                        m.next = "Len"
+
+            with m.State("Wqe-Got"):
+                with m.If(herr):
+                    bus_error(ErrBit.BUS_WQE)
+                    nak(Syndrome.REMOTE_OP_ERR, CqeStatus.RQ_WQE_FETCH_ERR)
+                with m.Elif(hdata[64:72] > RECV_SGES):
+                    nak(Syndrome.REMOTE_OP_ERR, CqeStatus.RQ_WQE_FETCH_ERR)
+                with m.Else():
+                    m.d.sync += [wqe.eq(hdata), wqe_have.eq(1)]
+                    with m.If(ud):
+                        m.next = "Scatter-Init"
+                    with m.Else():
+                        m.next = "Len"
+
+            with m.State("Len"):
+                len_ok = Mux(op.first | op.middle, n == mtu, Mux(op.last, (n >= 1) & (n <= mtu), n <= mtu))
+                resid = Mux(start, d.reth_dma_len, rx.resid)
+                wlen_ok = ~((n > resid) | (last & (n != resid)) | (~last & (n == resid)))
+                with m.If(~len_ok | (op.write & ~wlen_ok)):
+                    nak(Syndrome.INVALID_REQUEST)
+                with m.Elif(op.write):
+                    with m.If(start & (d.reth_dma_len != 0)):
+                        read_mr(d.reth_rkey, "Wmr-Check")
+                    with m.Else():
+                        with m.If(start):
+                            m.d.sync += [rx.write_addr.eq(0), rx.resid.eq(0), rx.write_len.eq(0)]
+                        m.next = "Write-Piece"
+                with m.Else():
+                    m.d.sync += [off.eq(Mux(start, 0, rx.recv_off)), inv_key.eq(d.imm)]
+                    with m.If(last & op.inv):
+                        read_mr(d.imm, "Inv-Check")
+                    with m.Else():
+                        m.next = "Scatter-Init"
+
+            # an MR read: skipped (no MR) when the key's index is past the table
+            with m.State("Mr-Read"):
+                with m.If(key[8:32] >= self.mr_size):
+                    m.d.sync += mr.eq(0)
+                    mret.back()
+                with m.Else():
+                    hret.call("Host", "Mr-Got")
+            with m.State("Mr-Got"):
+                with m.If(herr):
+                    bus_error()
+                    m.d.sync += mr.eq(0)
+                with m.Else():
+                    m.d.sync += mr.eq(hdata[:8 * MR_BYTES])
+                mret.back()
+
+            with m.State("Inv-Check"):
+                with m.If(~mr_ok(key)):
+                    nak(Syndrome.INVALID_REQUEST)
+                with m.Else():
+                    m.next = "Scatter-Init"
+
+            with m.State("Wmr-Check"):
+                with m.If(~mr_ok(key) | ~(mr.access & Access.REMOTE_WRITE).any() | ~covers(d.reth_va, d.reth_dma_len)):
+                    nak(Syndrome.REMOTE_ACCESS)
+                with m.Else():
+                    m.d.sync += [rx.write_addr.eq(bus_address(d.reth_va)), rx.resid.eq(d.reth_dma_len),
+                                 rx.write_len.eq(d.reth_dma_len)]
+                    m.next = "Write-Piece"
+            with m.State("Write-Piece"):
+                with m.If(n != 0):
+                    m.d.sync += [pmem[0].src.eq(res.payload_start), pmem[0].length.eq(n),
+                                 pmem[0].addr.eq(rx.write_addr), pmem[0].zero.eq(0), npieces.eq(1)]
+                m.next = "Emit"
+
+            with m.State("Scatter-Init"):
+                total = Mux(ud, _GRH + n, off + n)
+                with m.If(total > capacity):
+                    nak(Syndrome.INVALID_REQUEST, Mux(uc, 0, CqeStatus.LOC_LEN_ERR))
+                with m.Else():
+                    m.d.sync += [sge_i.eq(0), base.eq(0),
+                                 part.eq(Mux(ud & (res.mode == LinkMode.ROCEV2_IPV4), 0,
+                                             Mux(ud & (res.mode != LinkMode.IB_LOCAL), 1, 2)))]
+                    m.next = "Scatter"
+            with m.State("Scatter"):
+                with m.If(sge_i >= wqe.num_sge):
+                    with m.If(part == 2):
+                        m.next = "Emit"
+                    with m.Else():
+                        m.d.sync += [part.eq(part + 1), sge_i.eq(0), base.eq(0)]
+                with m.Elif(lo < hi):
+                    m.d.sync += [piece_len.eq(hi - lo), piece_va.eq(sge_va)]
+                    read_mr(sge.lkey, "Smr-Check")
+                with m.Else():
+                    m.d.sync += [sge_i.eq(sge_i + 1), base.eq(sge_end)]
+            with m.State("Smr-Check"):
+                with m.If(~mr_ok(key) | ~(mr.access & Access.LOCAL_WRITE).any() | ~covers(piece_va, piece_len)):
+                    nak(Syndrome.REMOTE_OP_ERR, CqeStatus.LOC_PROT_ERR)
+                with m.Else():
+                    for i in range(_PIECES):
+                        with m.If(npieces == i):
+                            m.d.sync += [pmem[i].src.eq(p_src + lo - p_off), pmem[i].length.eq(piece_len),
+                                         pmem[i].addr.eq(bus_address(piece_va)), pmem[i].zero.eq(p_zero)]
+                    m.d.sync += [npieces.eq(npieces + 1), sge_i.eq(sge_i + 1), base.eq(sge_end)]
+                    m.next = "Scatter"
+
+            with m.State("Emit"):
+                cur = pmem[emit_i]
+                final = (emit_i + 1 >= npieces)
+                m.d.comb += [self.pieces.valid.eq(1),
+                             self.pieces.payload.src.eq(Mux(npieces == 0, 0, cur.src)),
+                             self.pieces.payload.length.eq(Mux(npieces == 0, 0, cur.length)),
+                             self.pieces.payload.addr.eq(Mux(npieces == 0, 0, cur.addr)),
+                             self.pieces.payload.zero.eq(cur.zero & (npieces != 0)),
+                             self.pieces.payload.last.eq(final)]
+                with m.If(self.pieces.ready):
+                    m.d.sync += emit_i.eq(emit_i + 1)
+                    with m.If(final):
+                        m.d.sync += [emit_i.eq(0), released.eq(1)]
+                        m.next = "Wdone"
+            with m.State("Wdone"):
+                m.d.comb += self.wdone.ready.eq(1)
+                with m.If(self.wdone.valid):
+                    with m.If(releasing):
+                        m.next = "Idle"
+                    with m.Elif(self.wdone.payload.err):
+                        bus_error(ErrBit.BUS_PAYLOAD)
+                        nak(Syndrome.REMOTE_OP_ERR, CqeStatus.PAYLOAD_WRITE_ERR)
+                    with m.Elif(ud):
+                        m.next = "Ud-Adv"
+                    with m.Elif(op.write):
+                        m.d.sync += [rx.write_addr.eq(rx.write_addr + n), rx.resid.eq(rx.resid - n)]
+                        m.next = "Advance"
+                    with m.Elif(last & op.inv):
+                        host_write(mr_addr(inv_key) + 29, 1, MrState.INVALID)
+                        hret.call("Host", "Inv-Done")
+                    with m.Else():
+                        m.d.sync += rx.recv_off.eq(off + n)
+                        m.next = "Advance"
+            with m.State("Inv-Done"):
+                m.d.sync += rx.recv_off.eq(off + n)
+                m.next = "Advance"
+
+            with m.State("Advance"):
+                consume = op.send | op.imm
+                m.d.sync += ctx.epsn.eq(ctx.epsn + 1)
+                with m.If(last):
+                    m.d.sync += [rx.msn.eq(rx.msn + 1), rx.open.eq(OpenMessage.NONE)]
+                    with m.If(consume):
+                        flags = Mux(op.send, CQE_FLAG_IMM * op.imm | CQE_FLAG_INV * op.inv, CQE_FLAG_IMM) \
+                            | Mux(d.se, CQE_FLAG_SOLICITED, 0)
+                        cqe(wqe.wr_id, CqeStatus.SUCCESS,
+                            Mux(op.send, RecvOpcode.RECV, RecvOpcode.RECV_RDMA_WITH_IMM), flags,
+                            Mux(op.send, rx.recv_off, rx.write_len), Mux(op.imm | op.inv, d.imm, 0))
+                        m.d.sync += [do_cqe.eq(1), rx.rq_ci.eq(rx.rq_ci + 1)]
+                with m.Else():
+                    m.d.sync += rx.open.eq(Mux(op.send, OpenMessage.SEND, OpenMessage.WRITE))
+                m.next = "Epsn-Req"
+            with m.State("Epsn-Req"):
+                m.d.comb += [cache_req.valid.eq(1), cache_req.payload.op.eq(Op.SET_EPSN),
+                             cache_req.payload.qpn.eq(qpn), cache_req.payload.arg.eq(ctx.epsn)]
+                with m.If(cache_req.ready):
+                    m.next = "Epsn-Resp"
+            with m.State("Epsn-Resp"):
+                m.d.comb += cache_resp.ready.eq(1)
+                with m.If(cache_resp.valid):
+                    write_rx("Cqe-Maybe")
+            with m.State("Cqe-Maybe"):
+                with m.If(do_cqe):
+                    m.d.comb += bump["recv_cqes"].eq(1)
+                    cret.call("Cq", "Ack-Maybe")
+                with m.Else():
+                    m.next = "Ack-Maybe"
+            with m.State("Ack-Maybe"):
+                m.d.comb += bump["executed"].eq(1)
+                with m.If(rc & (d.ackreq | last)):
+                    ack(d.psn, Syndrome.ACK)
+                with m.Else():
+                    m.next = "Finish"
+
+            with m.State("Ud-Adv"):
+                flags = (CQE_FLAG_IMM * op.imm | Mux(res.mode != LinkMode.IB_LOCAL, CQE_FLAG_GRH, 0)
+                         | Mux(d.se, CQE_FLAG_SOLICITED, 0))
+                cqe(wqe.wr_id, CqeStatus.SUCCESS, RecvOpcode.RECV, flags, _GRH + n, Mux(op.imm, d.imm, 0),
+                    d.deth_src_qp, Mux(res.mode >= LinkMode.IB_LOCAL, d.slid, 0))
+                m.d.sync += rx.rq_ci.eq(rx.rq_ci + 1)
+                write_rx("Ud-Cq")
+            with m.State("Ud-Cq"):
+                m.d.comb += [bump["recv_cqes"].eq(1), bump["executed"].eq(1)]
+                cret.call("Cq", "Finish")
+
+            # --- NAK and the QP's end (model: Responder.nak, Executor.fail_qp, flush_rq) ---------------
+            with m.State("Nak"):
+                with m.If(rc):
+                    with m.If(nak_syn != Syndrome.PSN_SEQ_ERR):
+                        remote = Mux(nak_syn == Syndrome.INVALID_REQUEST, _REMOTE[Syndrome.INVALID_REQUEST],
+                                     Mux(nak_syn == Syndrome.REMOTE_ACCESS, _REMOTE[Syndrome.REMOTE_ACCESS],
+                                         _REMOTE[Syndrome.REMOTE_OP_ERR]))
+                        m.d.sync += fstatus.eq(Mux(nak_status != 0, nak_status, remote))
+                        fret.call("Fail", "Nak-Ack")
+                    with m.Else():
+                        m.next = "Nak-Ack"
+                with m.Elif(nak_status != 0):
+                    m.d.sync += fstatus.eq(nak_status)
+                    fret.call("Fail", "Drop-Invalid")
+                with m.Elif(uc):
+                    m.d.sync += [rx.uc_drop.eq(1), rx.open.eq(OpenMessage.NONE)]
+                    write_rx("Drop-Invalid")
+                with m.Else():
+                    m.next = "Drop-Invalid"
+            with m.State("Nak-Ack"):
+                ack(d.psn, nak_syn)
+            with m.State("Drop-Invalid"):
+                drop(RxDrop.INVALID)
+
+            with m.State("Fail"):
+                with m.If((fstatus != 0) & (wqe_taken | (rx.open == OpenMessage.SEND))):
+                    with m.If(wqe_have | wqe_taken):
+                        m.d.sync += wr_id.eq(Mux(wqe_have, wqe.wr_id, 0))
+                        m.next = "Fail-Cqe"
+                    with m.Else():
+                        host_read(wqe_addr, RECV_WQE_BYTES)
+                        hret.call("Host", "Fail-Wqe")
+                with m.Else():
+                    m.next = "Fail-2"
+            with m.State("Fail-Wqe"):
+                m.d.sync += wr_id.eq(Mux(herr | (hdata[64:72] > RECV_SGES), 0, hdata[:64]))
+                m.next = "Fail-Cqe"
+            with m.State("Fail-Cqe"):
+                cqe(wr_id, fstatus, RecvOpcode.RECV)
+                m.d.sync += [rx.rq_ci.eq(rx.rq_ci + 1), rx.open.eq(OpenMessage.NONE), self.inc.wqe_errors.eq(1)]
+                write_rx("Fail-Cq")
+            with m.State("Fail-Cq"):
+                cret.call("Cq", "Fail-2")
+            with m.State("Fail-2"):
+                m.d.sync += rx.open.eq(OpenMessage.NONE)
+                with m.If(ctx.state != QpState.ERROR):
+                    write_rx("Fail-3")
+                with m.Else():
+                    m.next = "Fail-3"
+            with m.State("Fail-3"):
+                with m.If(ctx.state != QpState.ERROR):
+                    m.d.sync += sret.reg.eq(fret.reg)
+                    m.next = "Set-Error"
+                with m.Else():
+                    fret.back()
+
+            # the completion writer: a CQE that could not be written (or took the CQ's last slot) ends the QP
+            with m.State("Cq"):
+                m.d.comb += [self.cq_cmd.valid.eq(1), self.cq_cmd.payload.eq(cq)]
+                with m.If(self.cq_cmd.ready):
+                    m.next = "Cq-Done"
+            with m.State("Cq-Done"):
+                m.d.comb += self.cq_done.ready.eq(1)
+                with m.If(self.cq_done.valid):
+                    with m.If(self.cq_done.payload.qp_error & (ctx.state != QpState.ERROR)):
+                        with m.Switch(cret.reg):
+                            for i, t in enumerate(cret.targets):
+                                with m.Case(i):
+                                    m.d.sync += sret.reg.eq(sret.targets.index(t))
+                        m.next = "Set-Error"
+                    with m.Else():
+                        cret.back()
+
+            # QP -> ERROR, then every posted receive WQE completes with WR_FLUSH_ERR; back through sret
+            # (the expected PSN first: a UC resync may have moved it, and the model writes the whole context)
+            with m.State("Set-Error"):
+                m.d.comb += [cache_req.valid.eq(1), cache_req.payload.op.eq(Op.SET_EPSN),
+                             cache_req.payload.qpn.eq(qpn), cache_req.payload.arg.eq(ctx.epsn)]
+                with m.If(cache_req.ready):
+                    m.next = "Set-Error-Epsn"
+            with m.State("Set-Error-Epsn"):
+                m.d.comb += cache_resp.ready.eq(1)
+                with m.If(cache_resp.valid):
+                    m.next = "Set-Error-Req"
+            with m.State("Set-Error-Req"):
+                m.d.comb += [cache_req.valid.eq(1), cache_req.payload.op.eq(Op.SET_ERROR),
+                             cache_req.payload.qpn.eq(qpn)]
+                with m.If(cache_req.ready):
+                    m.next = "Set-Error-Resp"
+            with m.State("Set-Error-Resp"):
+                m.d.comb += cache_resp.ready.eq(1)
+                with m.If(cache_resp.valid):
+                    m.d.sync += ctx.state.eq(QpState.ERROR)
+                    host_read(rx_addr, RECV_QPC_BYTES)
+                    hret.call("Host", "Fl-Got")
+            with m.State("Fl-Got"):
+                with m.If(herr):
+                    bus_error(ErrBit.BUS_QPC)
+                    sret.back()
+                with m.Else():
+                    m.d.sync += rx.eq(hdata[:8 * RECV_QPC_BYTES])
+                    m.next = "Fl-Loop"
+            with m.State("Fl-Loop"):
+                with m.If(rq_empty):
+                    sret.back()
+                with m.Else():
+                    host_read(wqe_addr, RECV_WQE_BYTES)
+                    hret.call("Host", "Fl-Wqe")
+            with m.State("Fl-Wqe"):
+                cqe(Mux(herr | (hdata[64:72] > RECV_SGES), 0, hdata[:64]), CqeStatus.WR_FLUSH_ERR, RecvOpcode.RECV)
+                m.d.sync += [rx.rq_ci.eq(rx.rq_ci + 1), rx.open.eq(OpenMessage.NONE), self.inc.flush_count.eq(1)]
+                write_rx("Fl-Cq")
+            with m.State("Fl-Cq"):
+                cret.call("Cq", "Fl-Loop")
+
+            # write back record bytes 80..107 (as the state before this one left them)
+            with m.State("Wrx-Pre"):
+                host_write(rx_addr, RECV_MUTABLE_BYTES, rx.as_value()[:8 * RECV_MUTABLE_BYTES])
+                hret.call("Host", "Wrx-Done")
+            with m.State("Wrx-Done"):
+                wret.back()
+
+            with m.State("Ack"):
+                m.d.comb += self.resp.valid.eq(1)
+                with m.If(self.resp.ready):
+                    m.d.sync += self.inc.pkt_count.eq(1)
+                    with m.If(ack_syn == Syndrome.ACK):
+                        m.d.comb += bump["acks"].eq(1)
+                    with m.Elif(ack_syn[5:8] == 1):
+                        m.d.comb += bump["rnr_naks"].eq(1)
+                    with m.Else():
+                        m.d.comb += bump["naks"].eq(1)
+                    m.next = "Finish"
+
+            with m.State("Finish"):
+                with m.If(released):
+                    m.next = "Idle"
+                with m.Else():
+                    m.next = "Emit"
+                    m.d.sync += [npieces.eq(0), releasing.eq(1)]
+        return m
