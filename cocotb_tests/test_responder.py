@@ -1,0 +1,265 @@
+"""cocotb testbench of the receive path (:class:`rnic.sim.rx_top.RxTop`: front end, payload writer, responder,
+QP cache, completion writer) against the golden model (:class:`rnic.model.responder.Responder`).
+
+Node B of :class:`rnic.sim.responder_pair.Pair` is the DUT: its host memory (QP context, MR table, receive
+queue, CQs) is loaded into the AXI RAM, and node A's requests reach both B's model and the DUT. The requests
+are A's transmit side's frames (SEND, SEND with immediate, RDMA WRITE, WRITE with immediate, sizes 0, 1,
+below, at and above the MTU, unaligned addresses), UD SENDs built by hand, then a lossy link: frames dropped,
+duplicated, swapped and corrupted, a bad FCS flag. B's receive WQEs have 1..3 SGEs, some too short and some
+with a bad L_Key; some WRITEs name a bad R_Key or a range outside the MR; sometimes fewer receive WQEs than
+SENDs (RNR). Random memory latency, AXI pauses, gaps in the frame stream and backpressure on the responses.
+
+Checked after every case: every response descriptor (ACK / NAK / RNR NAK) in order, every byte of B's
+memory (payloads, CQEs, QP context after a QP cache FLUSH, MR table), every drop and responder counter, the
+engine counters the receive path adds to, and the error registers. Rerun with ``RNIC_SEED``.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from pathlib import Path
+
+import cocotb
+import pytest
+from cocotb.triggers import ClockCycles, RisingEdge
+from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamSource
+
+from rnic.model.descriptor import LinkMode, PacketDesc
+from rnic.model.opcodes import Opcode
+from rnic.model.qpc import CtrlOp, PathMtu, ServiceType
+from rnic.model.receive import DropReason
+from rnic.model.recv_records import RecvWqe, Sge
+from rnic.model.responder import COUNT_NAMES, RxDrop
+from rnic.model.wqe import Wqe, WqeFlags, WqeOpcode
+from rnic.sim import tb as sim_tb
+from rnic.sim import toolchain
+from rnic.sim.harness import HostRam
+from rnic.sim.responder_pair import A_QPN, B_QPN, LOCAL_DATA, MR_BASE, QPC_BASE, CQ_BASE, RECV_MR, REMOTE_MR, Pair
+from rnic.sim.rx_top import TOP_COUNTS, RxTop
+
+SPAN = 0x240000                     # B's memory that the comparison covers (tables, rings, both MRs)
+CASES = [(mode, service) for service in (ServiceType.RC, ServiceType.UC, ServiceType.UD) for mode in LinkMode]
+
+
+def _fields(value, layout):
+    value = int(value)
+    return {name: value >> f.offset & ((1 << f.width) - 1) for name, f in layout}
+
+
+class Case:
+    """One random workload on a fresh pair: B's receive WQEs and the frames A's requests become."""
+
+    def __init__(self, rng: random.Random, mode: LinkMode, service: ServiceType):
+        self.rng, self.mode, self.service = rng, mode, service
+        mtu = rng.choice([256, 1024])
+        psn = rng.choice([100, (1 << 24) - 3, rng.randrange(1 << 24)])
+        self.pair = pair = Pair(mode, service, mtu=mtu, psn=psn)
+        self.mtu = mtu
+        n_msgs = rng.randint(6, 14)
+        sizes = [0, 1, 100, mtu, 3 * mtu + 5, rng.randrange(1, 4 * mtu)]
+        self.frames = []
+        recvs = 0
+        if service == ServiceType.UD:
+            for i in range(n_msgs):
+                n = rng.choice(sizes[:4] + [mtu + 1])
+                op = rng.choice([Opcode.UD_SEND_ONLY, Opcode.UD_SEND_ONLY_WITH_IMMEDIATE])
+                fields = {"imm": rng.getrandbits(32)} if op == Opcode.UD_SEND_ONLY_WITH_IMMEDIATE else {}
+                if rng.random() < 0.15:
+                    fields["deth_qkey"] = rng.getrandbits(32)
+                fields["se"] = rng.getrandbits(1)
+                self.frames.append(pair.frame(op, rng.randrange(1 << 24), rng.randbytes(n), **fields))
+                recvs += 1
+        else:
+            wqes = []
+            for i in range(n_msgs):
+                n = rng.choice(sizes)
+                ops = [WqeOpcode.SEND, WqeOpcode.SEND_WITH_IMM, WqeOpcode.RDMA_WRITE, WqeOpcode.RDMA_WRITE_WITH_IMM]
+                op = rng.choice(ops)
+                local = LOCAL_DATA + i * 0x4000
+                pair.a.mem.poke(local, rng.randbytes(n))
+                va = REMOTE_MR[2] + rng.randrange(REMOTE_MR[3] - n) if n < REMOTE_MR[3] else REMOTE_MR[2]
+                rkey = pair.rkey
+                roll = rng.random()
+                if roll < 0.06:
+                    rkey ^= 1 << rng.randrange(8)                   # wrong variant byte
+                elif roll < 0.10:
+                    va = REMOTE_MR[2] + REMOTE_MR[3] - n + rng.randint(1, 64)   # past the end of the MR
+                flags = WqeFlags.SIGNALED | (WqeFlags.SOLICITED if rng.random() < 0.3 else 0)
+                wqes.append(Wqe(opcode=op, length=n, local_addr=local, rkey=rkey, remote_addr=va,
+                                imm=rng.getrandbits(32), flags=flags, wr_id=i))
+                recvs += op in (WqeOpcode.SEND, WqeOpcode.SEND_WITH_IMM, WqeOpcode.RDMA_WRITE_WITH_IMM)
+            start = len(pair.a.engine.packets)
+            for w in wqes:
+                pi = pair.a.driver.post(A_QPN, w)
+            pair.a.driver.ring(A_QPN, pi)
+            pair.a.engine.run()
+            self.frames = [p.frame() for p in pair.a.engine.packets[start:]]
+        # receive WQEs: usually enough, sometimes fewer (RNR); some too short, some with a bad L_Key
+        posted = recvs if rng.random() < 0.7 else rng.randrange(recvs + 1)
+        for k in range(min(posted, 30)):
+            lengths = [rng.choice([64, 700, 1500, 4 * mtu]) for _ in range(rng.randint(1, 3))]
+            if rng.random() < 0.08:
+                lengths = [rng.randint(1, 40)]
+            pair.post_recv(1000 + k, *lengths, offset=0x1000 * k + rng.randrange(64))
+            if rng.random() < 0.05:
+                rx = pair.b.driver.rx(B_QPN)
+                slot = (rx.rq_base & ~0x3F) + ((pair.b.driver.rq_pi[B_QPN] - 1) % (1 << rx.log_rq_size)) * 64
+                pair.b.mem.poke(slot + 16 + 12, (pair.lkey ^ 0x80).to_bytes(4, "little"))
+        self.fcs_bad = []
+        self.frames = self.link(self.frames)
+
+    def link(self, frames):
+        """Drops, duplicates, swaps, single-byte corruption and a bad FCS flag, a few percent each."""
+        rng, out = self.rng, []
+        i = 0
+        while i < len(frames):
+            f, roll = frames[i], rng.random()
+            if roll < 0.04:
+                pass
+            elif roll < 0.08:
+                out += [(f, False), (f, False)]
+            elif roll < 0.12 and i + 1 < len(frames):
+                out += [(frames[i + 1], False), (f, False)]
+                i += 1
+            elif roll < 0.15:
+                b = bytearray(f)
+                b[rng.randrange(len(b))] ^= 1 << rng.randrange(8)
+                out.append((bytes(b), False))
+            elif roll < 0.16:
+                out.append((f, True))
+            else:
+                out.append((f, False))
+            i += 1
+        return out
+
+
+ROUNDS = 4                          # fresh pairs per link mode and service, one DUT reset each
+
+
+class TB:
+    def __init__(self, dut, what: str, salt: int):
+        self.dut = dut
+        self.rng = random.Random(sim_tb.seed(dut, what=what) * 1009 + salt)
+        self.started = False
+        sim_tb.start_clock(dut)
+        self.ram = HostRam(dut, self.rng)
+        self.source = AxiStreamSource(AxiStreamBus.from_prefix(dut, "s_axis", bus_separator="__"), dut.clk, dut.rst)
+        self.source.log.setLevel(logging.ERROR)
+        self.resps = []
+        self.sink = sim_tb.StreamSink(dut, "resp", on_transfer=self.resps.append, rng=self.rng)
+        self.acks = []
+        self.ack_sink = sim_tb.StreamSink(dut, "qpc_ack", on_transfer=self.acks.append, rng=self.rng)
+        self.ctrl = sim_tb.StreamSource(dut, "qpc_ctrl", rng=self.rng, encode=lambda c: c[0] | c[1] << 2)
+
+    async def start(self, case: Case):
+        dut, b = self.dut, case.pair.b
+        dut.ib.value = int(not case.mode.is_ethernet)
+        dut.mac.value, dut.lid.value = b.mac, b.lid
+        dut.sgid_gid.value = b.gid
+        dut.sgid_mac.value = b.mac
+        dut.sgid_vlan.value = 0
+        dut.sgid_valid.value = 1
+        dut.qpc_base.value, dut.qpc_size.value = QPC_BASE, 16
+        dut.cq_base.value, dut.cq_size.value = CQ_BASE, 4
+        dut.mr_base.value, dut.mr_size.value = MR_BASE, 16
+        self.ram.load(b.mem, latency=self.rng.choice([(0, 0), (0, 20), (10, 60)]), pause=self.rng.choice([0, 0.1, 0.3]))
+        self.resps.clear()
+        self.acks.clear()
+        await sim_tb.reset(dut, 3, low=("s_axis__tvalid", "qpc_ctrl__valid"), before=1, after=2)
+        self.sink.ready_p = self.rng.choice([1.0, 0.5])
+        if not self.started:
+            self.sink.start()
+            self.ack_sink.start()
+            self.ctrl.start()
+            self.started = True
+        sim_tb.set_pause(self.source, self.rng.choice([0, 0.2]), self.rng)
+
+    async def run(self, case: Case):
+        dut = self.dut
+        b = case.pair.b
+        before = {n: b.engine.regs[n.upper()] for n in TOP_COUNTS}
+        for frame, fcs_bad in case.frames:
+            b.resp.receive(frame, fcs_bad=fcs_bad)
+        for frame, fcs_bad in case.frames:
+            await self.source.send(AxiStreamFrame(frame, tuser=[0] * (len(frame) - 1) + [int(fcs_bad)]))
+        n = len(case.frames)
+        limit = 200_000 + 3000 * n
+        for clock in range(limit):
+            await RisingEdge(dut.clk)
+            seen = int(dut.received.value) + sum(_fields_array(dut.stateless.value, 32, len(DropReason)))
+            if seen == n and dut.idle.value:
+                break
+        else:
+            raise AssertionError(f"the receive path did not finish {n} frames in {limit} clocks")
+        await ClockCycles(dut.clk, 50)
+        self.ctrl.send((CtrlOp.FLUSH, 0))
+        while not self.acks:
+            await RisingEdge(dut.clk)
+        self.check(case, before)
+
+    def check(self, case: Case, before):
+        dut, b = self.dut, case.pair.b
+        want = [p.desc for p in b.resp.responses]
+        got = [PacketDesc.from_int(int(r)) for r in self.resps]
+        verdicts = [str(v) for v in b.resp.verdicts]
+        for i, (g, w) in enumerate(zip(got, want)):
+            assert g == w, f"response {i}: {g} != {w}\nverdicts: {verdicts}"
+        assert len(got) == len(want), f"{len(got)} responses, the model sent {len(want)}\nverdicts: {verdicts}"
+        drops = _fields_array(dut.drops.value, 32, len(RxDrop))
+        assert {r.name: drops[r] for r in RxDrop} == {r.name: b.resp.drops[r] for r in RxDrop}, verdicts
+        counts = _fields(dut.counts.value, _count_layout())
+        assert {k: counts[k] for k in COUNT_NAMES} == b.resp.counts, verdicts
+        stateless = _fields_array(dut.stateless.value, 32, len(DropReason))
+        assert {r.name: stateless[r] for r in DropReason} == {r.name: b.resp.stateless.dropped[r] for r in DropReason}
+        engine = _fields(int(dut.engine_counts.value), _engine_layout())
+        assert engine == {k: b.engine.regs[k.upper()] - before[k] for k in TOP_COUNTS}, verdicts
+        assert (int(dut.err_status.value), int(dut.err_qpn.value), int(dut.err_info.value)) == (
+            b.engine.regs["ERR_STATUS"], b.engine.regs["ERR_QPN"] if b.engine.regs["ERR_STATUS"] else 0,
+            b.engine.regs["ERR_INFO"] if b.engine.regs["ERR_STATUS"] else 0), verdicts
+        for page in range(0, SPAN, 4096):
+            g, w = self.ram.read(page, 4096), b.mem.peek(page, 4096)
+            if g != w:
+                i = next(k for k in range(4096) if g[k] != w[k])
+                raise AssertionError(f"B's memory differs first at 0x{page + i:x}: got {g[i]:#04x}, model "
+                                     f"{w[i]:#04x}\nverdicts: {verdicts}")
+        self.dut._log.info("%d frames, %d responses: %s", len(case.frames), len(got),
+                           {o: sum(1 for v in b.resp.verdicts if v.outcome.value == o)
+                            for o in ("executed", "duplicate", "nak", "rnr", "dropped")})
+
+
+def _fields_array(value, width, n):
+    v = int(value)
+    return [v >> (width * i) & ((1 << width) - 1) for i in range(n)]
+
+
+def _count_layout():
+    from amaranth.lib import data
+    return data.StructLayout({k: 32 for k in COUNT_NAMES + ("unsupported",)})
+
+
+def _engine_layout():
+    from amaranth.lib import data
+    return data.StructLayout({k: 32 for k in TOP_COUNTS})
+
+
+def _case_test(mode, service):
+    async def body(dut):
+        tb = TB(dut, f"responder {mode.slug} {service.name}", CASES.index((mode, service)))
+        for _ in range(ROUNDS):
+            case = Case(tb.rng, mode, service)
+            await tb.start(case)
+            await tb.run(case)
+    body.__name__ = body.__qualname__ = f"run_{mode.slug.replace('-', '_')}_{service.name.lower()}"
+    return cocotb.test()(body)
+
+
+for _mode, _service in CASES:
+    globals()[f"run_{_mode.slug.replace('-', '_')}_{_service.name.lower()}"] = _case_test(_mode, _service)
+
+
+@pytest.mark.parametrize("width", [64, pytest.param(512, marks=pytest.mark.slow)])
+def test_responder(width):
+    seed = sim_tb.seed(None, None, what=f"test_responder[{width}]")
+    build = toolchain.build(lambda: RxTop(width, max_qps=16), "rx_top", f"rx-top-w{width}")
+    toolchain.run(build, "test_responder", seed=seed, test_dir=Path(__file__).parent)
