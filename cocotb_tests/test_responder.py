@@ -2,20 +2,25 @@
 QP cache, completion writer) against the golden model (:class:`rnic.model.responder.Responder`).
 
 Node B of :class:`rnic.sim.responder_pair.Pair` is the DUT: its host memory (QP context, MR table, receive
-queue, CQs) is loaded into the AXI RAM, and node A's requests reach both B's model and the DUT. The requests
-are A's transmit side's frames (SEND, SEND with immediate, RDMA WRITE, WRITE with immediate, sizes 0, 1,
-below, at and above the MTU, unaligned addresses), UD SENDs built by hand, then a lossy link: frames dropped,
-duplicated, swapped and corrupted, a bad FCS flag. B's receive WQEs have 1..3 SGEs, some too short and some
-with a bad L_Key; some WRITEs name a bad R_Key or a range outside the MR; sometimes fewer receive WQEs than
-SENDs (RNR). Random memory latency, AXI pauses, gaps in the frame stream and backpressure on the responses.
+queue, CQs, resource slots) is loaded into the AXI RAM, and node A's requests reach both B's model and the
+DUT. The requests are A's transmit model's frames (SEND, SEND with immediate, RDMA WRITE, WRITE with
+immediate, RDMA READ; sizes 0, 1, below, at and above the MTU; unaligned addresses; PSNs near the 24-bit
+wrap), atomics and UD SENDs built by hand. Each pair gets one kind of fault, in turn: none, a lossy link
+(frames dropped, duplicated, swapped, corrupted, a bad FCS flag), bad keys, ranges and alignment, short
+or badly keyed receive buffers, too few receive WQEs (RNR), bus errors on a whole region (the WRITE
+target, the receive buffers, the receive queue), a receive CQ of two entries. Random memory latency, AXI
+pauses, gaps in the frame stream and backpressure on the responses.
 
-Checked after every case: every response descriptor (ACK / NAK / RNR NAK) in order, every byte of B's
-memory (payloads, CQEs, QP context after a QP cache FLUSH, MR table), every drop and responder counter, the
-engine counters the receive path adds to, and the error registers. Rerun with ``RNIC_SEED``.
+Checked after every pair: every response (descriptor, and the bytes a READ response's address holds when
+it leaves), every byte of B's memory (payloads, CQEs, QP context after a QP cache FLUSH, MR table, slots),
+every drop and responder counter, the engine counters the receive path adds to, and the error registers.
+The last test prints what the run covered. Rerun with ``RNIC_SEED``.
 """
 
 from __future__ import annotations
 
+import collections
+import os
 import logging
 import random
 from pathlib import Path
@@ -25,19 +30,21 @@ import pytest
 from cocotb.triggers import ClockCycles, RisingEdge
 from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamSource
 
-from rnic.model.descriptor import LinkMode, PacketDesc
+from rnic.model.descriptor import DESC_WIDTH, LinkMode, PacketDesc
 from rnic.model.opcodes import Opcode
-from rnic.model.qpc import CtrlOp, PathMtu, ServiceType
+from rnic.model.qpc import CtrlOp, ServiceType
 from rnic.model.receive import DropReason
-from rnic.model.recv_records import RecvWqe, Sge
 from rnic.model.responder import COUNT_NAMES, RxDrop
 from rnic.model.wqe import Wqe, WqeFlags, WqeOpcode
 from rnic.sim import tb as sim_tb
 from rnic.sim import toolchain
 from rnic.sim.harness import HostRam
-from rnic.sim.responder_pair import A_QPN, B_QPN, LOCAL_DATA, MR_BASE, QPC_BASE, CQ_BASE, RECV_MR, REMOTE_MR, Pair
+from rnic.sim.responder_pair import (A_QPN, B_QPN, CQ_BASE, LOCAL_DATA, MR_BASE, QPC_BASE, RCQ_RING, RECV_MR,
+                                     REMOTE_MR, RES_BASE, RQ_BASE, Pair)
 from rnic.sim.rx_top import TOP_COUNTS, RxTop
 
+STALL = int(os.environ.get("RNIC_STALL", 20_000))    # clocks without progress that count as a hang
+FAULTS = ("none", "link", "dup", "keys", "buffers", "rnr", "bus", "cq")
 SPAN = 0x240000                     # B's memory that the comparison covers (tables, rings, both MRs)
 CASES = [(mode, service) for service in (ServiceType.RC, ServiceType.UC, ServiceType.UD) for mode in LinkMode]
 
@@ -50,11 +57,14 @@ def _fields(value, layout):
 class Case:
     """One random workload on a fresh pair: B's receive WQEs and the frames A's requests become."""
 
-    def __init__(self, rng: random.Random, mode: LinkMode, service: ServiceType):
+    def __init__(self, rng: random.Random, mode: LinkMode, service: ServiceType, fault: str):
         self.rng, self.mode, self.service = rng, mode, service
         mtu = rng.choice([256, 1024])
         psn = rng.choice([100, (1 << 24) - 3, rng.randrange(1 << 24)])
         self.pair = pair = Pair(mode, service, mtu=mtu, psn=psn)
+        # one kind of fault per case (an RC QP ends at its first error, so mixing them hides most of them)
+        self.fault = fault
+        f = {k: (1.0 if fault == k else 0.0) for k in ("link", "keys", "buffers", "rnr")}
         self.mtu = mtu
         n_msgs = rng.randint(6, 14)
         sizes = [0, 1, 100, mtu, 3 * mtu + 5, rng.randrange(1, 4 * mtu)]
@@ -65,49 +75,95 @@ class Case:
                 n = rng.choice(sizes[:4] + [mtu + 1])
                 op = rng.choice([Opcode.UD_SEND_ONLY, Opcode.UD_SEND_ONLY_WITH_IMMEDIATE])
                 fields = {"imm": rng.getrandbits(32)} if op == Opcode.UD_SEND_ONLY_WITH_IMMEDIATE else {}
-                if rng.random() < 0.15:
+                if rng.random() < 0.15 * f["keys"]:
                     fields["deth_qkey"] = rng.getrandbits(32)
                 fields["se"] = rng.getrandbits(1)
                 self.frames.append(pair.frame(op, rng.randrange(1 << 24), rng.randbytes(n), **fields))
                 recvs += 1
         else:
-            wqes = []
+            pair.b.mem.poke(REMOTE_MR[4], rng.randbytes(REMOTE_MR[3]))     # what READs and atomics find
             for i in range(n_msgs):
                 n = rng.choice(sizes)
                 ops = [WqeOpcode.SEND, WqeOpcode.SEND_WITH_IMM, WqeOpcode.RDMA_WRITE, WqeOpcode.RDMA_WRITE_WITH_IMM]
+                if service == ServiceType.RC:
+                    ops += [WqeOpcode.RDMA_READ, WqeOpcode.ATOMIC_CMP_SWAP, WqeOpcode.ATOMIC_FETCH_ADD]
                 op = rng.choice(ops)
+                if op in (WqeOpcode.ATOMIC_CMP_SWAP, WqeOpcode.ATOMIC_FETCH_ADD):
+                    self.frames.append(self.atomic(op))
+                    continue
                 local = LOCAL_DATA + i * 0x4000
                 pair.a.mem.poke(local, rng.randbytes(n))
                 va = REMOTE_MR[2] + rng.randrange(REMOTE_MR[3] - n) if n < REMOTE_MR[3] else REMOTE_MR[2]
                 rkey = pair.rkey
                 roll = rng.random()
-                if roll < 0.06:
+                if roll < 0.06 * f["keys"]:
                     rkey ^= 1 << rng.randrange(8)                   # wrong variant byte
-                elif roll < 0.10:
+                elif roll < 0.10 * f["keys"]:
                     va = REMOTE_MR[2] + REMOTE_MR[3] - n + rng.randint(1, 64)   # past the end of the MR
                 flags = WqeFlags.SIGNALED | (WqeFlags.SOLICITED if rng.random() < 0.3 else 0)
-                wqes.append(Wqe(opcode=op, length=n, local_addr=local, rkey=rkey, remote_addr=va,
-                                imm=rng.getrandbits(32), flags=flags, wr_id=i))
                 recvs += op in (WqeOpcode.SEND, WqeOpcode.SEND_WITH_IMM, WqeOpcode.RDMA_WRITE_WITH_IMM)
-            start = len(pair.a.engine.packets)
-            for w in wqes:
-                pi = pair.a.driver.post(A_QPN, w)
-            pair.a.driver.ring(A_QPN, pi)
-            pair.a.engine.run()
-            self.frames = [p.frame() for p in pair.a.engine.packets[start:]]
+                start = len(pair.a.engine.packets)
+                pi = pair.a.driver.post(A_QPN, Wqe(opcode=op, length=n, local_addr=local, rkey=rkey, remote_addr=va,
+                                                   imm=rng.getrandbits(32), flags=flags, wr_id=i))
+                pair.a.driver.ring(A_QPN, pi)
+                pair.a.engine.run()
+                self.frames += [p.frame() for p in pair.a.engine.packets[start:]]
         # receive WQEs: usually enough, sometimes fewer (RNR); some too short, some with a bad L_Key
-        posted = recvs if rng.random() < 0.7 else rng.randrange(recvs + 1)
+        posted = rng.randrange(recvs + 1) if f["rnr"] else recvs
         for k in range(min(posted, 30)):
             lengths = [rng.choice([64, 700, 1500, 4 * mtu]) for _ in range(rng.randint(1, 3))]
-            if rng.random() < 0.08:
+            if rng.random() < 0.08 * f["buffers"]:
                 lengths = [rng.randint(1, 40)]
             pair.post_recv(1000 + k, *lengths, offset=0x1000 * k + rng.randrange(64))
-            if rng.random() < 0.05:
+            if rng.random() < 0.05 * f["keys"]:
                 rx = pair.b.driver.rx(B_QPN)
                 slot = (rx.rq_base & ~0x3F) + ((pair.b.driver.rq_pi[B_QPN] - 1) % (1 << rx.log_rq_size)) * 64
                 pair.b.mem.poke(slot + 16 + 12, (pair.lkey ^ 0x80).to_bytes(4, "little"))
         self.fcs_bad = []
-        self.frames = self.link(self.frames)
+        if fault == "bus":          # whole regions fail, so the RAM's beat-by-beat writes change nothing either
+            where = rng.choice(["remote", "recv", "rq"])
+            if where == "remote":
+                pair.b.mem.add_write_error(REMOTE_MR[4], REMOTE_MR[4] + REMOTE_MR[3])
+            elif where == "recv":
+                pair.b.mem.add_write_error(RECV_MR[4], RECV_MR[4] + RECV_MR[3])
+            else:
+                pair.b.mem.add_read_error(RQ_BASE, RQ_BASE + 32 * 64)
+        elif fault == "cq":         # a receive CQ of 2 entries: the second CQE overflows it and ends the QP
+            pair.b.driver.create_cq(1, RCQ_RING, 1)
+        if fault == "link":
+            self.frames = self.link(self.frames)
+        elif fault == "dup":
+            self.frames = self.duplicates(self.frames)
+        else:
+            self.frames = [(fr, False) for fr in self.frames]
+
+    def atomic(self, op):
+        """An atomic request frame from A at A's next PSN (A's transmit side does not send atomics yet)."""
+        rng, pair = self.rng, self.pair
+        ctx = pair.a.driver.qp(A_QPN)
+        va = REMOTE_MR[2] + rng.randrange(0, REMOTE_MR[3] - 8, 8)
+        if rng.random() < 0.08 * (self.fault == "keys"):
+            va += rng.randint(1, 7)                                         # misaligned: NAK 0x61
+        old = int.from_bytes(pair.b.mem.peek(pair.remote(va), 8), "little")
+        opcode = Opcode.RC_COMPARE_SWAP if op == WqeOpcode.ATOMIC_CMP_SWAP else Opcode.RC_FETCH_ADD
+        rkey = pair.rkey ^ 0x10 if rng.random() < 0.05 * (self.fault == "keys") else pair.rkey
+        frame = pair.frame(opcode, ctx.next_psn, atomic_va=va, atomic_rkey=rkey, atomic_swap=rng.getrandbits(64),
+                           atomic_compare=old if rng.random() < 0.5 else rng.getrandbits(64), ackreq=1)
+        ctx.next_psn = (ctx.next_psn + 1) & 0xFFFFFF
+        pair.a.engine._qpc_write(A_QPN, ctx)
+        return frame
+
+    def duplicates(self, frames):
+        """Every frame once in order, and about a third of them again one to four frames later (as a
+        requester's retransmission would bring them): RC answers each from its record without running it."""
+        out, later = [], []
+        for i, f in enumerate(frames):
+            out.append((f, False))
+            if self.rng.random() < 0.3:
+                later.append((i + self.rng.randint(1, 4), f))
+            out += [(g, False) for due, g in later if due == i]
+        out += [(g, False) for due, g in later if due >= len(frames)]
+        return out
 
     def link(self, frames):
         """Drops, duplicates, swaps, single-byte corruption and a bad FCS flag, a few percent each."""
@@ -134,6 +190,7 @@ class Case:
         return out
 
 
+COVERAGE = collections.Counter()    # (service, verdict kind) over every case of the run
 ROUNDS = 4                          # fresh pairs per link mode and service, one DUT reset each
 
 
@@ -147,10 +204,16 @@ class TB:
         self.source = AxiStreamSource(AxiStreamBus.from_prefix(dut, "s_axis", bus_separator="__"), dut.clk, dut.rst)
         self.source.log.setLevel(logging.ERROR)
         self.resps = []
-        self.sink = sim_tb.StreamSink(dut, "resp", on_transfer=self.resps.append, rng=self.rng)
+        self.sink = sim_tb.StreamSink(dut, "resp", on_transfer=self.take_resp, rng=self.rng)
         self.acks = []
         self.ack_sink = sim_tb.StreamSink(dut, "qpc_ack", on_transfer=self.acks.append, rng=self.rng)
         self.ctrl = sim_tb.StreamSource(dut, "qpc_ctrl", rng=self.rng, encode=lambda c: c[0] | c[1] << 2)
+
+    def take_resp(self, raw):
+        """A response: its descriptor and, for a READ response, the bytes its payload address holds now."""
+        raw = int(raw)
+        desc = PacketDesc.from_int(raw & (1 << DESC_WIDTH) - 1)
+        self.resps.append((desc, self.ram.read(raw >> DESC_WIDTH, desc.payload_len) if desc.payload_len else b""))
 
     async def start(self, case: Case):
         dut, b = self.dut, case.pair.b
@@ -162,7 +225,7 @@ class TB:
         dut.sgid_valid.value = 1
         dut.qpc_base.value, dut.qpc_size.value = QPC_BASE, 16
         dut.cq_base.value, dut.cq_size.value = CQ_BASE, 4
-        dut.mr_base.value, dut.mr_size.value = MR_BASE, 16
+        dut.mr_base.value, dut.mr_size.value, dut.res_base.value = MR_BASE, 16, RES_BASE
         self.ram.load(b.mem, latency=self.rng.choice([(0, 0), (0, 20), (10, 60)]), pause=self.rng.choice([0, 0.1, 0.3]))
         self.resps.clear()
         self.acks.clear()
@@ -184,14 +247,19 @@ class TB:
         for frame, fcs_bad in case.frames:
             await self.source.send(AxiStreamFrame(frame, tuser=[0] * (len(frame) - 1) + [int(fcs_bad)]))
         n = len(case.frames)
-        limit = 200_000 + 3000 * n
-        for clock in range(limit):
+        stall, last, clock = 0, None, 0
+        while True:                     # done, or no progress (results, responder state) for STALL clocks
             await RisingEdge(dut.clk)
+            clock += 1
             seen = int(dut.received.value) + sum(_fields_array(dut.stateless.value, 32, len(DropReason)))
             if seen == n and dut.idle.value:
                 break
-        else:
-            raise AssertionError(f"the receive path did not finish {n} frames in {limit} clocks")
+            now = (seen, int(dut.resp_state.value))
+            stall = stall + 1 if now == last else 0
+            last = now
+            if stall > STALL:
+                raise AssertionError(f"no progress for {STALL} clocks at clock {clock}: responder state {now[1]}, "
+                                     f"{seen} of {n} results")
         await ClockCycles(dut.clk, 50)
         self.ctrl.send((CtrlOp.FLUSH, 0))
         while not self.acks:
@@ -200,11 +268,16 @@ class TB:
 
     def check(self, case: Case, before):
         dut, b = self.dut, case.pair.b
-        want = [p.desc for p in b.resp.responses]
-        got = [PacketDesc.from_int(int(r)) for r in self.resps]
+        want = [(p.desc, p.payload) for p in b.resp.responses]
+        got = self.resps
         verdicts = [str(v) for v in b.resp.verdicts]
         for i, (g, w) in enumerate(zip(got, want)):
-            assert g == w, f"response {i}: {g} != {w}\nverdicts: {verdicts}"
+            if g != w:
+                fields = {k: (getattr(g[0], k), getattr(w[0], k)) for k in vars(w[0])
+                          if getattr(g[0], k) != getattr(w[0], k)}
+                raise AssertionError(f"response {i} (opcode 0x{w[0].opcode:02x} PSN {w[0].psn}): fields (RTL, model) "
+                                     f"{fields}, payload {'equal' if g[1] == w[1] else 'differs'}\n"
+                                     f"verdicts: {verdicts}")
         assert len(got) == len(want), f"{len(got)} responses, the model sent {len(want)}\nverdicts: {verdicts}"
         drops = _fields_array(dut.drops.value, 32, len(RxDrop))
         assert {r.name: drops[r] for r in RxDrop} == {r.name: b.resp.drops[r] for r in RxDrop}, verdicts
@@ -228,6 +301,14 @@ class TB:
                             for o in ("executed", "duplicate", "nak", "rnr", "dropped")})
 
 
+def _kind(v):
+    if v.outcome.value == "dropped":
+        return f"dropped {v.reason.name}"
+    if v.outcome.value in ("nak", "rnr"):
+        return f"{v.outcome.value} 0x{v.syndrome:02x}"
+    return v.outcome.value
+
+
 def _fields_array(value, width, n):
     v = int(value)
     return [v >> (width * i) & ((1 << width) - 1) for i in range(n)]
@@ -235,7 +316,7 @@ def _fields_array(value, width, n):
 
 def _count_layout():
     from amaranth.lib import data
-    return data.StructLayout({k: 32 for k in COUNT_NAMES + ("unsupported",)})
+    return data.StructLayout({k: 32 for k in COUNT_NAMES})
 
 
 def _engine_layout():
@@ -246,16 +327,29 @@ def _engine_layout():
 def _case_test(mode, service):
     async def body(dut):
         tb = TB(dut, f"responder {mode.slug} {service.name}", CASES.index((mode, service)))
-        for _ in range(ROUNDS):
-            case = Case(tb.rng, mode, service)
+        for r in range(ROUNDS):
+            fault = FAULTS[(CASES.index((mode, service)) * ROUNDS + r) % len(FAULTS)]
+            case = Case(tb.rng, mode, service, fault)
             await tb.start(case)
             await tb.run(case)
+            for v in case.pair.b.resp.verdicts:
+                COVERAGE[service.name, _kind(v)] += 1
     body.__name__ = body.__qualname__ = f"run_{mode.slug.replace('-', '_')}_{service.name.lower()}"
     return cocotb.test()(body)
 
 
 for _mode, _service in CASES:
     globals()[f"run_{_mode.slug.replace('-', '_')}_{_service.name.lower()}"] = _case_test(_mode, _service)
+
+
+@cocotb.test()
+async def run_zz_coverage(dut):
+    """What the cases of this run covered (they run in file order, so this one is last)."""
+    for key, count in sorted(COVERAGE.items()):
+        dut._log.info("%-3s %-40s %d", *key, count)
+    kinds = {k for _, k in COVERAGE}
+    assert all(COVERAGE[s, "executed"] for s in ("RC", "UC", "UD")), "a service executed nothing"
+    assert len(kinds) >= 8, f"only {sorted(kinds)}"
 
 
 @pytest.mark.parametrize("width", [64, pytest.param(512, marks=pytest.mark.slow)])

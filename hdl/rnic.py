@@ -22,6 +22,7 @@ from .narrow import NarrowPort
 from .packet_builder import EARLY_BITS, LATE_FIELDS, PacketBuilder
 from .qp_cache import CtrlOp, QpCache
 from .receive.front_end import RxFrontEnd
+from .receive.responder import Responder
 from .regs import RegisterBlock
 
 __all__ = ["Rnic"]
@@ -69,8 +70,8 @@ class Rnic(wiring.Component):
 
     def block_factories(self):
         """Constructors of the blocks as this engine builds them, by submodule name: ``regs``,
-        ``cache``, ``engine``, ``reader``, ``builder``, ``gate``, ``axi``, and ``rx``, the receive front end
-        (``rnic.fpga synth --block`` synthesizes one alone)."""
+        ``cache``, ``engine``, ``reader``, ``builder``, ``gate``, ``axi``, and the receive path's ``rx`` (front
+        end) and ``responder`` (``rnic.fpga synth --block`` synthesizes one alone)."""
         c = self.config
         W = c.width
         return {
@@ -90,8 +91,9 @@ class Rnic(wiring.Component):
             # the next packet for the burst's length
             "axi": lambda: AxiInterconnect(len(_MASTERS), data_width=W,
                                            urgent=[i for i, n in enumerate(_MASTERS) if n != "payload"]),
-            # the receive path's front end, synthesized alone until the responder joins it to the engine
+            # the receive path's front end and responder, synthesized alone until they join the engine
             "rx": lambda: RxFrontEnd(W, n_gids=SGID_ENTRIES),
+            "responder": lambda: Responder(max_qps=c.max_qps, max_mtu=c.mtu, cache=c.cache_qpc),
         }
 
     def elaborate(self, platform):

@@ -228,7 +228,7 @@ class Executor:
                 self.bus_error(p, None)
 
     def slot_addr(self, qpn: int, i: int) -> int:
-        return self.r.settings.res_base + (qpn * MAX_RD_ATOMIC + i) * RES_BYTES
+        return (self.r.settings.res_base & ~0x1F) + (qpn * MAX_RD_ATOMIC + i) * RES_BYTES
 
     def save_slot(self, p: Packet, slot: ResSlot) -> None:
         rx = p.rx
@@ -393,7 +393,7 @@ class Executor:
     # --- memory -----------------------------------------------------------------------------------------
 
     def mr_addr(self, key: int) -> int:
-        return self.r.settings.mr_base + mr_index(key) * MR_BYTES
+        return (self.r.settings.mr_base & ~0x1F) + mr_index(key) * MR_BYTES
 
     def mr(self, p: Packet, key: int) -> MemoryRegion | None:
         """The valid MR ``key`` names (index inside the table, variant byte equal), or None."""

@@ -2,23 +2,22 @@
 
 :class:`RxTop` joins the blocks the way ``Rnic`` will: :class:`~rnic.hdl.receive.front_end.RxFrontEnd` and
 :class:`~rnic.hdl.receive.payload_writer.PayloadWriter` take every frame beat together,
-:class:`~rnic.hdl.receive.responder.Responder` answers each verdict, using its own
+:class:`~rnic.hdl.receive.responder.Responder` answers each verdict, with its own
 :class:`~rnic.hdl.qp_cache.QpCache`, :class:`~rnic.hdl.completion.CqeWriter` and
 :class:`~rnic.hdl.receive.host_access.HostAccess` on one AXI4 master. The port's settings are plain inputs
-(the register block's values in ``Rnic``), the QP cache's control port is ``qpc_ctrl`` / ``qpc_ack``; counters add up the responder's and the completion writer's
-strobes, and ``err_*`` hold the error registers' view (the first report's QPN and bit | status << 8, and
-every bit seen).
+(the register block's values in ``Rnic``); the QP cache's control port is ``qpc_ctrl`` / ``qpc_ack``.
+The counters add up the responder's and the completion writer's strobes; ``err_*`` hold the error
+registers' view (the first report's QPN and bit | status << 8, and every bit seen).
 """
 
 from __future__ import annotations
 
-from amaranth import Array, Module, Signal
+from amaranth import Array, Module
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..hdl.bus import AXI4Signature, AXIStreamSignature
 from ..hdl.completion import CqeWriter
-from ..hdl.descriptor import DescriptorLayout
 from ..hdl.dma import AxiInterconnect
 from ..hdl.narrow import NarrowPort
 from ..hdl.qp_cache import QpCache, ack_layout, ctrl_layout
@@ -29,7 +28,7 @@ from ..model.responder import COUNT_NAMES, RxDrop
 from ..hdl.receive.front_end import RxFrontEnd
 from ..hdl.receive.host_access import HostAccess
 from ..hdl.receive.payload_writer import PayloadWriter
-from ..hdl.receive.responder import ENGINE_COUNTS, Responder
+from ..hdl.receive.responder import ENGINE_COUNTS, Responder, resp_layout
 
 __all__ = ["RxTop", "TOP_COUNTS"]
 
@@ -44,18 +43,18 @@ class RxTop(wiring.Component):
         super().__init__({
             "s_axis": In(AXIStreamSignature(width, user_width=1)),
             "m_axi": Out(AXI4Signature(addr_width=64, data_width=width, id_width=6)),
-            "resp": Out(stream.Signature(DescriptorLayout)),
+            "resp": Out(stream.Signature(resp_layout)),
             "ib": In(1), "mac": In(48), "lid": In(16),
             "sgid_gid": In(data.ArrayLayout(128, SGID_ENTRIES)), "sgid_mac": In(data.ArrayLayout(48, SGID_ENTRIES)),
             "sgid_vlan": In(data.ArrayLayout(13, SGID_ENTRIES)), "sgid_valid": In(SGID_ENTRIES),
             "qpc_base": In(64), "qpc_size": In(24), "cq_base": In(64), "cq_size": In(24),
-            "mr_base": In(64), "mr_size": In(32),
+            "mr_base": In(64), "mr_size": In(32), "res_base": In(64),
             "received": Out(32), "stateless": Out(data.ArrayLayout(32, len(DropReason))),
             "drops": Out(data.ArrayLayout(32, len(RxDrop))),
-            "counts": Out(data.StructLayout({n: 32 for n in COUNT_NAMES + ("unsupported",)})),
+            "counts": Out(data.StructLayout({n: 32 for n in COUNT_NAMES})),
             "engine_counts": Out(data.StructLayout({n: 32 for n in TOP_COUNTS})),
             "err_status": Out(16), "err_qpn": Out(24), "err_info": Out(16),
-            "idle": Out(1),
+            "idle": Out(1), "resp_state": Out(8),
             "qpc_ctrl": In(stream.Signature(ctrl_layout)), "qpc_ack": Out(stream.Signature(ack_layout)),
         })
 
@@ -99,7 +98,7 @@ class RxTop(wiring.Component):
         vlan = Array(self.sgid_vlan[i] for i in range(SGID_ENTRIES))
         m.d.comb += [
             r.qpc_base.eq(self.qpc_base), r.qpc_size.eq(self.qpc_size), r.mr_base.eq(self.mr_base),
-            r.mr_size.eq(self.mr_size), r.port_lid.eq(self.lid),
+            r.mr_size.eq(self.mr_size), r.res_base.eq(self.res_base), r.port_lid.eq(self.lid),
             r.sgid_gid.eq(Array(sg[i] for i in range(SGID_ENTRIES))[r.sgid_index]),
             r.sgid_mac.eq(Array(self.sgid_mac[i] for i in range(SGID_ENTRIES))[r.sgid_index]),
             r.sgid_vlan_id.eq(vlan[r.sgid_index][:12]), r.sgid_vlan_present.eq(vlan[r.sgid_index][12]),
@@ -117,7 +116,7 @@ class RxTop(wiring.Component):
         wiring.connect(m, ic.m_axi, wiring.flipped(self.m_axi))
         m.d.comb += ic.bw_cap.eq(0)
 
-        m.d.comb += self.idle.eq(~r.busy & ~fe.m_result.valid)
+        m.d.comb += [self.idle.eq(~r.busy & ~fe.m_result.valid), self.resp_state.eq(r.state)]
         ec = self.engine_counts
         strobes = {n: getattr(r.inc, n) for n in ENGINE_COUNTS}
         strobes["cqe_count"] = cqw.inc_cqe_count

@@ -9,11 +9,11 @@ from amaranth.lib import data
 from ...model.opcodes import OPCODE_INFO, Position, Transport
 from ...model.qpc import ServiceType
 from ...model.recv_records import (MR_BYTES, MR_FIELDS, RECV_QPC_BYTES, RECV_QPC_FIELDS, RECV_SGES, RECV_WQE_BYTES,
-                                   RECV_WQE_FIELDS, SGE_FIELDS)
+                                   RECV_WQE_FIELDS, RES_BYTES, RES_FIELDS, SGE_FIELDS)
 from ...model.responder import RxDrop
 from ..qp_cache.layouts import hw_enum
 
-__all__ = ["rx_layout", "wqe_layout", "sge_layout", "mr_layout", "RxDropHw", "opcode_class", "SERVICE_OF"]
+__all__ = ["rx_layout", "wqe_layout", "sge_layout", "mr_layout", "res_layout", "RxDropHw", "opcode_class", "SERVICE_OF"]
 
 
 def _layout(fields, nbytes, extra=None):
@@ -29,6 +29,7 @@ sge_layout = _layout(SGE_FIELDS, 16)
 wqe_layout = _layout(RECV_WQE_FIELDS, RECV_WQE_BYTES,
                      {"sge": data.Field(data.ArrayLayout(sge_layout, RECV_SGES), 128)})
 mr_layout = _layout(MR_FIELDS, MR_BYTES)
+res_layout = _layout(RES_FIELDS, RES_BYTES)
 RxDropHw = hw_enum(RxDrop, shape=4)
 SERVICE_OF = {Transport.RC: ServiceType.RC, Transport.UC: ServiceType.UC, Transport.UD: ServiceType.UD}
 

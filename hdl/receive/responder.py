@@ -4,36 +4,46 @@ by the rules and in the order of :class:`rnic.model.responder.Responder` (docs/r
 
 from __future__ import annotations
 
-from amaranth import Cat, Const, Module, Mux, Signal
+from amaranth import Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ...model.descriptor import LinkMode
 from ...model.opcodes import Opcode
 from ...model.qpc import PathMtu, QpcCacheConfig, ServiceType
-from ...model.recv_records import (CQE_FLAG_GRH, CQE_FLAG_IMM, CQE_FLAG_INV, CQE_FLAG_SOLICITED, MR_BYTES,
-                                   RECV_MUTABLE_BYTES, RECV_QPC_BYTES, RECV_QPC_OFFSET, RECV_SGES, RECV_WQE_BYTES,
-                                   Access, MrState, OpenMessage, RecvOpcode)
+from ...model.recv_records import (MR_BYTES, RECV_MUTABLE_BYTES, RECV_QPC_BYTES, RECV_QPC_OFFSET, RECV_SGES,
+                                   RECV_WQE_BYTES, Access, MrState, OpenMessage)
 from ...model.regs import SGID_ENTRIES, ErrBit
 from ...model.responder import COUNT_NAMES, RNR_NAK, RxDrop, Syndrome
-from ...model.wqe import CqeStatus
+from ...model.responder_exec import GRH_BYTES
 from ..completion import CqOp, cq_cmd_layout, err_layout
+from ..descriptor import DescriptorLayout
 from ..qp_cache import Op, QpState, Status, request_layout, response_layout
 from .host_access import host_cmd_layout, host_resp_layout
 from .layouts import result_layout
 from .payload_writer import piece_layout
 from .resp_layouts import mr_layout, opcode_class, rx_layout, wqe_layout
+from .responder_fail import fail_states
+from .responder_place import place_states
+from .responder_read import read_states
 from .response_desc import ResponseDesc
-from ..descriptor import DescriptorLayout
 
-__all__ = ["Responder", "ENGINE_COUNTS"]
+__all__ = ["Responder", "ENGINE_COUNTS", "resp_layout"]
 
 #: Engine counters (``COUNTERS`` registers) the responder adds to, one strobe each.
-ENGINE_COUNTS = ("bus_errors", "wqe_errors", "flush_count", "pkt_count")
-_GRH = 40
+ENGINE_COUNTS = ("bus_errors", "wqe_errors", "flush_count", "pkt_count", "byte_count")
+#: One response packet: its descriptor and, for a READ response, the bus address of its payload
+#: (``desc.payload_len`` bytes).
+resp_layout = data.StructLayout({"desc": DescriptorLayout, "addr": 64})
 _PIECES = 16
-_REMOTE = {Syndrome.INVALID_REQUEST: CqeStatus.REM_INV_REQ_ERR, Syndrome.REMOTE_ACCESS: CqeStatus.REM_ACCESS_ERR,
-           Syndrome.REMOTE_OP_ERR: CqeStatus.REM_OP_ERR}
+
+
+class _Build:
+    """What the FSM's states share (signals and helpers), for the state functions in the sibling modules."""
+
+    def __init__(self, names, component):
+        self.__dict__.update(names)
+        self.c = component
 
 
 class _Returns:
@@ -55,16 +65,18 @@ class _Returns:
 
 
 class Responder(wiring.Component):
-    """Takes one front-end result at a time (``result``) and answers it: a drop, an ACK / NAK / RNR NAK
-    descriptor on ``resp``, payload pieces on ``pieces`` (the :class:`~.payload_writer.PayloadWriter` holds the
-    frame; every frame gets at least one piece, the last with ``last``), receive CQEs on ``cq_cmd``. The QP's
-    transmit half comes from the QP context cache (``qpc_req`` / ``qpc_resp``, LOOKUP, SET_EPSN, SET_ERROR),
-    the receive half, receive WQEs and MR records from host memory through ``host`` (a
+    """Takes one front-end result at a time (``result``) and answers it: a drop, or response packets on ``resp``
+    (ACK / NAK / RNR NAK, READ responses with the bus address of their payload, atomic ACKs), payload pieces on
+    ``pieces`` (the :class:`~.payload_writer.PayloadWriter` holds the frame; every frame gets at least one piece,
+    the last with ``last``), receive CQEs on ``cq_cmd``. The QP's transmit half comes from the QP context cache
+    (``qpc_req`` / ``qpc_resp``: LOOKUP, SET_EPSN, SET_ERROR), the receive half, receive WQEs, MR records and
+    resource slots from host memory through ``host_cmd`` / ``host_resp`` (a
     :class:`~.host_access.HostAccess`). Every stream is a plain valid/ready handshake; the responder waits on
-    each answer before it goes on, so any stall upstream or on the bus only slows it.
+    each answer before it goes on, so a stall upstream or on the bus only slows it.
 
-    RDMA READ and atomic requests are not executed yet: they are dropped (``INVALID``) and counted in
-    ``unsupported``.
+    The states live in four files: this one (the checks up to the opcode sequence, the shared host access,
+    the context write-back, responses), :mod:`.responder_place` (SEND and WRITE), :mod:`.responder_read`
+    (READ, atomics, duplicates) and :mod:`.responder_fail` (NAKs, the QP's end, the RQ flush).
     """
 
     def __init__(self, max_qps: int = 1 << 16, max_mtu: int = PathMtu.MTU_4096,
@@ -80,14 +92,15 @@ class Responder(wiring.Component):
             "wdone": In(stream.Signature(data.StructLayout({"err": 1}))),
             "cq_cmd": Out(stream.Signature(cq_cmd_layout)),
             "cq_done": In(stream.Signature(data.StructLayout({"qp_error": 1}))),
-            "resp": Out(stream.Signature(DescriptorLayout)),
-            "qpc_base": In(64), "qpc_size": In(24), "mr_base": In(64), "mr_size": In(32), "port_lid": In(16),
+            "resp": Out(stream.Signature(resp_layout)),
+            "qpc_base": In(64), "res_base": In(64), "qpc_size": In(24), "mr_base": In(64), "mr_size": In(32),
+            "port_lid": In(16),
             "sgid_index": Out(4), "sgid_gid": In(128), "sgid_mac": In(48), "sgid_vlan_id": In(12),
             "sgid_vlan_present": In(1),
             "drops": Out(data.ArrayLayout(32, len(RxDrop))),
-            "counts": Out(data.StructLayout({n: 32 for n in COUNT_NAMES + ("unsupported",)})),
-            "inc": Out(data.StructLayout({n: 1 for n in ENGINE_COUNTS})),
-            "err": Out(err_layout), "busy": Out(1),
+            "counts": Out(data.StructLayout({n: 32 for n in COUNT_NAMES})),
+            "inc": Out(data.StructLayout({n: 13 if n == "byte_count" else 1 for n in ENGINE_COUNTS})),
+            "err": Out(err_layout), "busy": Out(1), "state": Out(8),
         })
 
     def elaborate(self, platform):
@@ -105,16 +118,18 @@ class Responder(wiring.Component):
 
         # --- responses ------------------------------------------------------------------------------
         m.submodules.rdesc = rdesc = ResponseDesc()
-        ack_psn, ack_syn = Signal(24), Signal(8)
-        m.d.comb += [rdesc.ctx.eq(ctx), rdesc.opcode.eq(Opcode.RC_ACKNOWLEDGE), rdesc.psn.eq(ack_psn),
+        ack_psn, ack_syn, resp_op, resp_len = Signal(24), Signal(8), Signal(8), Signal(13)
+        resp_addr, resp_orig, resp_more = Signal(64), Signal(64), Signal()
+        m.d.comb += [rdesc.ctx.eq(ctx), rdesc.opcode.eq(resp_op), rdesc.psn.eq(ack_psn), rdesc.payload_len.eq(resp_len),
+                     rdesc.atomic_orig.eq(resp_orig), self.resp.payload.addr.eq(resp_addr),
                      rdesc.syndrome.eq(ack_syn), rdesc.msn.eq(rx.msn), rdesc.port_lid.eq(self.port_lid),
                      self.sgid_index.eq(ctx.sgid_index[:4]), rdesc.sgid_gid.eq(self.sgid_gid),
                      rdesc.sgid_mac.eq(self.sgid_mac), rdesc.sgid_vlan_id.eq(self.sgid_vlan_id),
-                     rdesc.sgid_vlan_present.eq(self.sgid_vlan_present), self.resp.payload.eq(rdesc.desc)]
+                     rdesc.sgid_vlan_present.eq(self.sgid_vlan_present), self.resp.payload.desc.eq(rdesc.desc)]
 
         # --- counters and error reports ----------------------------------------------------------------
         cnt = self.counts
-        bump = {name: Signal(name=f"bump_{name}") for name in COUNT_NAMES + ("unsupported",)}
+        bump = {name: Signal(name=f"bump_{name}") for name in COUNT_NAMES}
         for name, s in bump.items():
             with m.If(s):
                 m.d.sync += cnt[name].eq(cnt[name] + 1)
@@ -156,7 +171,7 @@ class Responder(wiring.Component):
         m.d.comb += last.eq(op.last | op.only)
 
         def mr_addr(key):
-            return self.mr_base + (key[8:32] << 5)
+            return (self.mr_base & ~0x1F) + (key[8:32] << 5)
 
         def mr_ok(key, pd_ok=True):
             """The MR read for ``key`` names it: valid, the key's variant byte, inside the table, the QP's PD."""
@@ -195,9 +210,9 @@ class Responder(wiring.Component):
                 m.d.comb += [p_off.eq(0), p_len.eq(20), p_src.eq(0), p_zero.eq(1)]
             with m.Case(1):
                 v4 = res.mode == LinkMode.ROCEV2_IPV4
-                m.d.comb += [p_off.eq(Mux(v4, 20, 0)), p_len.eq(Mux(v4, 20, _GRH)), p_src.eq(l2)]
+                m.d.comb += [p_off.eq(Mux(v4, 20, 0)), p_len.eq(Mux(v4, 20, GRH_BYTES)), p_src.eq(l2)]
             with m.Default():
-                m.d.comb += [p_off.eq(Mux(ud, _GRH, off)), p_len.eq(n), p_src.eq(res.payload_start)]
+                m.d.comb += [p_off.eq(Mux(ud, GRH_BYTES, off)), p_len.eq(n), p_src.eq(res.payload_start)]
         sge = wqe.sge[sge_i]
         lo, hi = Signal(33), Signal(33)
         sge_end = Signal(33)
@@ -211,6 +226,7 @@ class Responder(wiring.Component):
         m.d.comb += capacity.eq(sum(Mux(i < wqe.num_sge, wqe.sge[i].length, 0) for i in range(RECV_SGES)))
 
         host, hresp = self.host_cmd, self.host_resp
+        hdata, herr = Signal(512), Signal()
         cache_req, cache_resp = self.qpc_req, self.qpc_resp
 
         def host_read(addr, nbytes):
@@ -228,9 +244,19 @@ class Responder(wiring.Component):
             m.d.sync += [nak_syn.eq(syn), nak_status.eq(status)]
             m.next = "Nak"
 
+        def respond(opcode, psn, syn, nbytes=0, addr=0, orig=0, more=0, go=True):
+            """Load the response registers; ``go``: send it next (the Ack state)."""
+            m.d.sync += [resp_op.eq(opcode), ack_psn.eq(psn), ack_syn.eq(syn), resp_len.eq(nbytes),
+                         resp_addr.eq(addr), resp_orig.eq(orig), resp_more.eq(more)]
+            if go:
+                m.next = "Ack"
+
         def ack(psn, syn):
-            m.d.sync += [ack_psn.eq(psn), ack_syn.eq(syn)]
-            m.next = "Ack"
+            respond(Opcode.RC_ACKNOWLEDGE, psn, syn)
+
+        # READ / atomic
+        rd_addr, orig, is_dup, epsn_then = Signal(64), Signal(64), Signal(), Signal(2)
+        rsp_psn, rsp_left, rsp_first = Signal(24), Signal(32), Signal()
 
         def cqe(wr, status, opcode, flags=0, byte_len=0, imm=0, src_qp=0, slid=0):
             m.d.sync += [cq.op.eq(CqOp.CQE), cq.cqn.eq(rx.rcqn), cq.qpn.eq(qpn), cq.wr_id.eq(wr),
@@ -239,14 +265,14 @@ class Responder(wiring.Component):
                          cq.recv.eq(1)]
 
         hret = _Returns(m, "hret", ["Rx-Got", "Wqe-Got", "Mr-Got", "Fail-Wqe", "Fl-Got", "Fl-Wqe", "Wrx-Done",
-                                    "Inv-Done"])
+                                    "Inv-Done", "Slot-Done", "Atom-Got", "Atom-Wrote", "Dup-Got"])
         wret = _Returns(m, "wret", ["Finish", "Drop-Oos", "Drop-Invalid", "Cqe-Maybe", "Fail-Cq", "Fail-3",
-                                    "Fl-Cq", "Ud-Cq", "Ack"])
+                                    "Fl-Cq", "Ud-Cq", "Ack", "Rsp-Start", "Atom-Ack"])
         cret = _Returns(m, "cret", ["Fail-2", "Fl-Loop", "Ack-Maybe", "Finish"])
         fret = _Returns(m, "fret", ["Nak-Ack", "Drop-Invalid", "Fail-2", "Fl-Loop", "Ack-Maybe", "Finish"])
         # sret (where Set-Error's flush returns) takes fret's and cret's targets by index
         assert all(t in fret.targets for t in cret.targets)
-        mret = _Returns(m, "mret", ["Inv-Check", "Wmr-Check", "Smr-Check"])
+        mret = _Returns(m, "mret", ["Inv-Check", "Wmr-Check", "Smr-Check", "Rmr-Check", "Amr-Check"])
         sret = _Returns(m, "sret", fret.targets)
 
         def write_rx(back):
@@ -257,13 +283,17 @@ class Responder(wiring.Component):
             host_read(mr_addr(k), MR_BYTES)
             mret.call("Mr-Read", back)
 
-        with m.FSM() as fsm:
+        b = _Build(locals(), self)
+        with m.FSM(init="Idle") as fsm:
             m.d.comb += self.busy.eq(~fsm.ongoing("Idle"))
+            place_states(b)
+            read_states(b)
+            fail_states(b)
             with m.State("Idle"):
                 m.d.comb += self.result.ready.eq(1)
                 with m.If(self.result.valid):
                     m.d.sync += [res.eq(self.result.payload), wqe_taken.eq(0), wqe_have.eq(0), released.eq(0),
-                                 releasing.eq(0),
+                                 releasing.eq(0), is_dup.eq(0), epsn_then.eq(0),
                                  npieces.eq(0), do_cqe.eq(0)]
                     m.next = "Classify"
 
@@ -295,7 +325,6 @@ class Responder(wiring.Component):
                         hret.call("Host", "Rx-Got")
 
             # the shared host access: the command registered by the caller, the answer in hdata / herr
-            hdata, herr = Signal(512), Signal()
             with m.State("Host"):
                 m.d.comb += host.valid.eq(1)
                 with m.If(host.ready):
@@ -345,15 +374,15 @@ class Responder(wiring.Component):
                         with m.If(rx.nak_sent):
                             drop(RxDrop.OUT_OF_SEQ)
                         with m.Else():
-                            m.d.sync += [rx.nak_sent.eq(1), ack_psn.eq(ctx.epsn), ack_syn.eq(Syndrome.PSN_SEQ_ERR)]
+                            m.d.sync += rx.nak_sent.eq(1)
+                            respond(Opcode.RC_ACKNOWLEDGE, ctx.epsn, Syndrome.PSN_SEQ_ERR, go=False)
                             write_rx("Ack")
                     with m.Elif(delta[23]):
                         m.d.comb += bump["duplicates"].eq(1)
                         with m.If(op.send | op.write):
                             ack(ctx.epsn - 1, Syndrome.ACK)
                         with m.Else():
-                            m.d.comb += bump["unsupported"].eq(1)
-                            drop(RxDrop.DUP_UNKNOWN)
+                            m.next = "Dup-Init"
                     with m.Else():
                         m.d.sync += rx.nak_sent.eq(0)
                         m.next = "Seq"
@@ -386,8 +415,7 @@ class Responder(wiring.Component):
                     with m.If(need_right & ~(rx.access & right).any()):
                         nak(Syndrome.INVALID_REQUEST)
                     with m.Elif(op.read | op.atomic):
-                        m.d.comb += bump["unsupported"].eq(1)
-                        drop(RxDrop.INVALID)
+                        m.next = "Rd-Check"
                     with m.Elif(op.send | (last & op.imm)):
                         fresh = ~op.send | start
                         with m.If(fresh & rq_empty):
@@ -402,303 +430,18 @@ class Responder(wiring.Component):
                     with m.Else():
                         m.next = "Len"
 
-            with m.State("Wqe-Got"):
-                with m.If(herr):
-                    bus_error(ErrBit.BUS_WQE)
-                    nak(Syndrome.REMOTE_OP_ERR, CqeStatus.RQ_WQE_FETCH_ERR)
-                with m.Elif(hdata[64:72] > RECV_SGES):
-                    nak(Syndrome.REMOTE_OP_ERR, CqeStatus.RQ_WQE_FETCH_ERR)
-                with m.Else():
-                    m.d.sync += [wqe.eq(hdata), wqe_have.eq(1)]
-                    with m.If(ud):
-                        m.next = "Scatter-Init"
-                    with m.Else():
-                        m.next = "Len"
 
-            with m.State("Len"):
-                len_ok = Mux(op.first | op.middle, n == mtu, Mux(op.last, (n >= 1) & (n <= mtu), n <= mtu))
-                resid = Mux(start, d.reth_dma_len, rx.resid)
-                wlen_ok = ~((n > resid) | (last & (n != resid)) | (~last & (n == resid)))
-                with m.If(~len_ok | (op.write & ~wlen_ok)):
-                    nak(Syndrome.INVALID_REQUEST)
-                with m.Elif(op.write):
-                    with m.If(start & (d.reth_dma_len != 0)):
-                        read_mr(d.reth_rkey, "Wmr-Check")
-                    with m.Else():
-                        with m.If(start):
-                            m.d.sync += [rx.write_addr.eq(0), rx.resid.eq(0), rx.write_len.eq(0)]
-                        m.next = "Write-Piece"
-                with m.Else():
-                    m.d.sync += [off.eq(Mux(start, 0, rx.recv_off)), inv_key.eq(d.imm)]
-                    with m.If(last & op.inv):
-                        read_mr(d.imm, "Inv-Check")
-                    with m.Else():
-                        m.next = "Scatter-Init"
 
-            # an MR read: skipped (no MR) when the key's index is past the table
-            with m.State("Mr-Read"):
-                with m.If(key[8:32] >= self.mr_size):
-                    m.d.sync += mr.eq(0)
-                    mret.back()
-                with m.Else():
-                    hret.call("Host", "Mr-Got")
-            with m.State("Mr-Got"):
-                with m.If(herr):
-                    bus_error()
-                    m.d.sync += mr.eq(0)
-                with m.Else():
-                    m.d.sync += mr.eq(hdata[:8 * MR_BYTES])
-                mret.back()
 
-            with m.State("Inv-Check"):
-                with m.If(~mr_ok(key)):
-                    nak(Syndrome.INVALID_REQUEST)
-                with m.Else():
-                    m.next = "Scatter-Init"
 
-            with m.State("Wmr-Check"):
-                with m.If(~mr_ok(key) | ~(mr.access & Access.REMOTE_WRITE).any() | ~covers(d.reth_va, d.reth_dma_len)):
-                    nak(Syndrome.REMOTE_ACCESS)
-                with m.Else():
-                    m.d.sync += [rx.write_addr.eq(bus_address(d.reth_va)), rx.resid.eq(d.reth_dma_len),
-                                 rx.write_len.eq(d.reth_dma_len)]
-                    m.next = "Write-Piece"
-            with m.State("Write-Piece"):
-                with m.If(n != 0):
-                    m.d.sync += [pmem[0].src.eq(res.payload_start), pmem[0].length.eq(n),
-                                 pmem[0].addr.eq(rx.write_addr), pmem[0].zero.eq(0), npieces.eq(1)]
-                m.next = "Emit"
 
-            with m.State("Scatter-Init"):
-                total = Mux(ud, _GRH + n, off + n)
-                with m.If(total > capacity):
-                    nak(Syndrome.INVALID_REQUEST, Mux(uc, 0, CqeStatus.LOC_LEN_ERR))
-                with m.Else():
-                    m.d.sync += [sge_i.eq(0), base.eq(0),
-                                 part.eq(Mux(ud & (res.mode == LinkMode.ROCEV2_IPV4), 0,
-                                             Mux(ud & (res.mode != LinkMode.IB_LOCAL), 1, 2)))]
-                    m.next = "Scatter"
-            with m.State("Scatter"):
-                with m.If(sge_i >= wqe.num_sge):
-                    with m.If(part == 2):
-                        m.next = "Emit"
-                    with m.Else():
-                        m.d.sync += [part.eq(part + 1), sge_i.eq(0), base.eq(0)]
-                with m.Elif(lo < hi):
-                    m.d.sync += [piece_len.eq(hi - lo), piece_va.eq(sge_va)]
-                    read_mr(sge.lkey, "Smr-Check")
-                with m.Else():
-                    m.d.sync += [sge_i.eq(sge_i + 1), base.eq(sge_end)]
-            with m.State("Smr-Check"):
-                with m.If(~mr_ok(key) | ~(mr.access & Access.LOCAL_WRITE).any() | ~covers(piece_va, piece_len)):
-                    nak(Syndrome.REMOTE_OP_ERR, CqeStatus.LOC_PROT_ERR)
-                with m.Else():
-                    for i in range(_PIECES):
-                        with m.If(npieces == i):
-                            m.d.sync += [pmem[i].src.eq(p_src + lo - p_off), pmem[i].length.eq(piece_len),
-                                         pmem[i].addr.eq(bus_address(piece_va)), pmem[i].zero.eq(p_zero)]
-                    m.d.sync += [npieces.eq(npieces + 1), sge_i.eq(sge_i + 1), base.eq(sge_end)]
-                    m.next = "Scatter"
 
-            with m.State("Emit"):
-                cur = pmem[emit_i]
-                final = (emit_i + 1 >= npieces)
-                m.d.comb += [self.pieces.valid.eq(1),
-                             self.pieces.payload.src.eq(Mux(npieces == 0, 0, cur.src)),
-                             self.pieces.payload.length.eq(Mux(npieces == 0, 0, cur.length)),
-                             self.pieces.payload.addr.eq(Mux(npieces == 0, 0, cur.addr)),
-                             self.pieces.payload.zero.eq(cur.zero & (npieces != 0)),
-                             self.pieces.payload.last.eq(final)]
-                with m.If(self.pieces.ready):
-                    m.d.sync += emit_i.eq(emit_i + 1)
-                    with m.If(final):
-                        m.d.sync += [emit_i.eq(0), released.eq(1)]
-                        m.next = "Wdone"
-            with m.State("Wdone"):
-                m.d.comb += self.wdone.ready.eq(1)
-                with m.If(self.wdone.valid):
-                    with m.If(releasing):
-                        m.next = "Idle"
-                    with m.Elif(self.wdone.payload.err):
-                        bus_error(ErrBit.BUS_PAYLOAD)
-                        nak(Syndrome.REMOTE_OP_ERR, CqeStatus.PAYLOAD_WRITE_ERR)
-                    with m.Elif(ud):
-                        m.next = "Ud-Adv"
-                    with m.Elif(op.write):
-                        m.d.sync += [rx.write_addr.eq(rx.write_addr + n), rx.resid.eq(rx.resid - n)]
-                        m.next = "Advance"
-                    with m.Elif(last & op.inv):
-                        host_write(mr_addr(inv_key) + 29, 1, MrState.INVALID)
-                        hret.call("Host", "Inv-Done")
-                    with m.Else():
-                        m.d.sync += rx.recv_off.eq(off + n)
-                        m.next = "Advance"
-            with m.State("Inv-Done"):
-                m.d.sync += rx.recv_off.eq(off + n)
-                m.next = "Advance"
 
-            with m.State("Advance"):
-                consume = op.send | op.imm
-                m.d.sync += ctx.epsn.eq(ctx.epsn + 1)
-                with m.If(last):
-                    m.d.sync += [rx.msn.eq(rx.msn + 1), rx.open.eq(OpenMessage.NONE)]
-                    with m.If(consume):
-                        flags = Mux(op.send, CQE_FLAG_IMM * op.imm | CQE_FLAG_INV * op.inv, CQE_FLAG_IMM) \
-                            | Mux(d.se, CQE_FLAG_SOLICITED, 0)
-                        cqe(wqe.wr_id, CqeStatus.SUCCESS,
-                            Mux(op.send, RecvOpcode.RECV, RecvOpcode.RECV_RDMA_WITH_IMM), flags,
-                            Mux(op.send, rx.recv_off, rx.write_len), Mux(op.imm | op.inv, d.imm, 0))
-                        m.d.sync += [do_cqe.eq(1), rx.rq_ci.eq(rx.rq_ci + 1)]
-                with m.Else():
-                    m.d.sync += rx.open.eq(Mux(op.send, OpenMessage.SEND, OpenMessage.WRITE))
-                m.next = "Epsn-Req"
-            with m.State("Epsn-Req"):
-                m.d.comb += [cache_req.valid.eq(1), cache_req.payload.op.eq(Op.SET_EPSN),
-                             cache_req.payload.qpn.eq(qpn), cache_req.payload.arg.eq(ctx.epsn)]
-                with m.If(cache_req.ready):
-                    m.next = "Epsn-Resp"
-            with m.State("Epsn-Resp"):
-                m.d.comb += cache_resp.ready.eq(1)
-                with m.If(cache_resp.valid):
-                    write_rx("Cqe-Maybe")
-            with m.State("Cqe-Maybe"):
-                with m.If(do_cqe):
-                    m.d.comb += bump["recv_cqes"].eq(1)
-                    cret.call("Cq", "Ack-Maybe")
-                with m.Else():
-                    m.next = "Ack-Maybe"
-            with m.State("Ack-Maybe"):
-                m.d.comb += bump["executed"].eq(1)
-                with m.If(rc & (d.ackreq | last)):
-                    ack(d.psn, Syndrome.ACK)
-                with m.Else():
-                    m.next = "Finish"
 
-            with m.State("Ud-Adv"):
-                flags = (CQE_FLAG_IMM * op.imm | Mux(res.mode != LinkMode.IB_LOCAL, CQE_FLAG_GRH, 0)
-                         | Mux(d.se, CQE_FLAG_SOLICITED, 0))
-                cqe(wqe.wr_id, CqeStatus.SUCCESS, RecvOpcode.RECV, flags, _GRH + n, Mux(op.imm, d.imm, 0),
-                    d.deth_src_qp, Mux(res.mode >= LinkMode.IB_LOCAL, d.slid, 0))
-                m.d.sync += rx.rq_ci.eq(rx.rq_ci + 1)
-                write_rx("Ud-Cq")
-            with m.State("Ud-Cq"):
-                m.d.comb += [bump["recv_cqes"].eq(1), bump["executed"].eq(1)]
-                cret.call("Cq", "Finish")
 
-            # --- NAK and the QP's end (model: Responder.nak, Executor.fail_qp, flush_rq) ---------------
-            with m.State("Nak"):
-                with m.If(rc):
-                    with m.If(nak_syn != Syndrome.PSN_SEQ_ERR):
-                        remote = Mux(nak_syn == Syndrome.INVALID_REQUEST, _REMOTE[Syndrome.INVALID_REQUEST],
-                                     Mux(nak_syn == Syndrome.REMOTE_ACCESS, _REMOTE[Syndrome.REMOTE_ACCESS],
-                                         _REMOTE[Syndrome.REMOTE_OP_ERR]))
-                        m.d.sync += fstatus.eq(Mux(nak_status != 0, nak_status, remote))
-                        fret.call("Fail", "Nak-Ack")
-                    with m.Else():
-                        m.next = "Nak-Ack"
-                with m.Elif(nak_status != 0):
-                    m.d.sync += fstatus.eq(nak_status)
-                    fret.call("Fail", "Drop-Invalid")
-                with m.Elif(uc):
-                    m.d.sync += [rx.uc_drop.eq(1), rx.open.eq(OpenMessage.NONE)]
-                    write_rx("Drop-Invalid")
-                with m.Else():
-                    m.next = "Drop-Invalid"
-            with m.State("Nak-Ack"):
-                ack(d.psn, nak_syn)
-            with m.State("Drop-Invalid"):
-                drop(RxDrop.INVALID)
 
-            with m.State("Fail"):
-                with m.If((fstatus != 0) & (wqe_taken | (rx.open == OpenMessage.SEND))):
-                    with m.If(wqe_have | wqe_taken):
-                        m.d.sync += wr_id.eq(Mux(wqe_have, wqe.wr_id, 0))
-                        m.next = "Fail-Cqe"
-                    with m.Else():
-                        host_read(wqe_addr, RECV_WQE_BYTES)
-                        hret.call("Host", "Fail-Wqe")
-                with m.Else():
-                    m.next = "Fail-2"
-            with m.State("Fail-Wqe"):
-                m.d.sync += wr_id.eq(Mux(herr | (hdata[64:72] > RECV_SGES), 0, hdata[:64]))
-                m.next = "Fail-Cqe"
-            with m.State("Fail-Cqe"):
-                cqe(wr_id, fstatus, RecvOpcode.RECV)
-                m.d.sync += [rx.rq_ci.eq(rx.rq_ci + 1), rx.open.eq(OpenMessage.NONE), self.inc.wqe_errors.eq(1)]
-                write_rx("Fail-Cq")
-            with m.State("Fail-Cq"):
-                cret.call("Cq", "Fail-2")
-            with m.State("Fail-2"):
-                m.d.sync += rx.open.eq(OpenMessage.NONE)
-                with m.If(ctx.state != QpState.ERROR):
-                    write_rx("Fail-3")
-                with m.Else():
-                    m.next = "Fail-3"
-            with m.State("Fail-3"):
-                with m.If(ctx.state != QpState.ERROR):
-                    m.d.sync += sret.reg.eq(fret.reg)
-                    m.next = "Set-Error"
-                with m.Else():
-                    fret.back()
 
-            # the completion writer: a CQE that could not be written (or took the CQ's last slot) ends the QP
-            with m.State("Cq"):
-                m.d.comb += [self.cq_cmd.valid.eq(1), self.cq_cmd.payload.eq(cq)]
-                with m.If(self.cq_cmd.ready):
-                    m.next = "Cq-Done"
-            with m.State("Cq-Done"):
-                m.d.comb += self.cq_done.ready.eq(1)
-                with m.If(self.cq_done.valid):
-                    with m.If(self.cq_done.payload.qp_error & (ctx.state != QpState.ERROR)):
-                        with m.Switch(cret.reg):
-                            for i, t in enumerate(cret.targets):
-                                with m.Case(i):
-                                    m.d.sync += sret.reg.eq(sret.targets.index(t))
-                        m.next = "Set-Error"
-                    with m.Else():
-                        cret.back()
 
-            # QP -> ERROR, then every posted receive WQE completes with WR_FLUSH_ERR; back through sret
-            # (the expected PSN first: a UC resync may have moved it, and the model writes the whole context)
-            with m.State("Set-Error"):
-                m.d.comb += [cache_req.valid.eq(1), cache_req.payload.op.eq(Op.SET_EPSN),
-                             cache_req.payload.qpn.eq(qpn), cache_req.payload.arg.eq(ctx.epsn)]
-                with m.If(cache_req.ready):
-                    m.next = "Set-Error-Epsn"
-            with m.State("Set-Error-Epsn"):
-                m.d.comb += cache_resp.ready.eq(1)
-                with m.If(cache_resp.valid):
-                    m.next = "Set-Error-Req"
-            with m.State("Set-Error-Req"):
-                m.d.comb += [cache_req.valid.eq(1), cache_req.payload.op.eq(Op.SET_ERROR),
-                             cache_req.payload.qpn.eq(qpn)]
-                with m.If(cache_req.ready):
-                    m.next = "Set-Error-Resp"
-            with m.State("Set-Error-Resp"):
-                m.d.comb += cache_resp.ready.eq(1)
-                with m.If(cache_resp.valid):
-                    m.d.sync += ctx.state.eq(QpState.ERROR)
-                    host_read(rx_addr, RECV_QPC_BYTES)
-                    hret.call("Host", "Fl-Got")
-            with m.State("Fl-Got"):
-                with m.If(herr):
-                    bus_error(ErrBit.BUS_QPC)
-                    sret.back()
-                with m.Else():
-                    m.d.sync += rx.eq(hdata[:8 * RECV_QPC_BYTES])
-                    m.next = "Fl-Loop"
-            with m.State("Fl-Loop"):
-                with m.If(rq_empty):
-                    sret.back()
-                with m.Else():
-                    host_read(wqe_addr, RECV_WQE_BYTES)
-                    hret.call("Host", "Fl-Wqe")
-            with m.State("Fl-Wqe"):
-                cqe(Mux(herr | (hdata[64:72] > RECV_SGES), 0, hdata[:64]), CqeStatus.WR_FLUSH_ERR, RecvOpcode.RECV)
-                m.d.sync += [rx.rq_ci.eq(rx.rq_ci + 1), rx.open.eq(OpenMessage.NONE), self.inc.flush_count.eq(1)]
-                write_rx("Fl-Cq")
-            with m.State("Fl-Cq"):
-                cret.call("Cq", "Fl-Loop")
 
             # write back record bytes 80..107 (as the state before this one left them)
             with m.State("Wrx-Pre"):
@@ -710,14 +453,19 @@ class Responder(wiring.Component):
             with m.State("Ack"):
                 m.d.comb += self.resp.valid.eq(1)
                 with m.If(self.resp.ready):
-                    m.d.sync += self.inc.pkt_count.eq(1)
-                    with m.If(ack_syn == Syndrome.ACK):
-                        m.d.comb += bump["acks"].eq(1)
-                    with m.Elif(ack_syn[5:8] == 1):
-                        m.d.comb += bump["rnr_naks"].eq(1)
-                    with m.Else():
-                        m.d.comb += bump["naks"].eq(1)
+                    m.d.sync += [self.inc.pkt_count.eq(1), self.inc.byte_count.eq(resp_len)]
+                    with m.If(resp_op == Opcode.RC_ACKNOWLEDGE):
+                        with m.If(ack_syn == Syndrome.ACK):
+                            m.d.comb += bump["acks"].eq(1)
+                        with m.Elif(ack_syn[5:8] == 1):
+                            m.d.comb += bump["rnr_naks"].eq(1)
+                        with m.Else():
+                            m.d.comb += bump["naks"].eq(1)
+                    with m.Elif(resp_op != Opcode.RC_ATOMIC_ACKNOWLEDGE):
+                        m.d.comb += bump["read_responses"].eq(1)
                     m.next = "Finish"
+                    with m.If(resp_more):
+                        m.next = "Rsp-More"
 
             with m.State("Finish"):
                 with m.If(released):
@@ -725,4 +473,6 @@ class Responder(wiring.Component):
                 with m.Else():
                     m.next = "Emit"
                     m.d.sync += [npieces.eq(0), releasing.eq(1)]
+        m.d.comb += self.state.eq(fsm.state)
+        self.state_signal = fsm.state           # its decoder names the states (for a debugging testbench)
         return m
