@@ -6,15 +6,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from rnic.model.config import RnicConfig
-from rnic.model.descriptor import LinkMode
-from rnic.model.driver import Driver
-from rnic.model.engine import EngineModel, HostMemory, RegisterSettings, SgidEntry
-from rnic.model.frames import build_frame, normalize_desc
-from rnic.model.qpc import PathMtu, QpContext, QpState, ServiceType
-from rnic.model.receive import PortAddresses, ipv4_gid
-from rnic.model.recv_records import Access, MemoryRegion, RecvContext, RecvWqe, Sge
-from rnic.model.responder import Responder, ResponderSettings
+from ..model.config import RnicConfig
+from ..model.descriptor import LinkMode
+from ..model.driver import Driver
+from ..model.engine import EngineModel, HostMemory, RegisterSettings, SgidEntry
+from ..model.frames import build_frame, normalize_desc
+from ..model.qpc import PathMtu, QpContext, QpState, ServiceType
+from ..model.receive import PortAddresses, ipv4_gid
+from ..model.recv_records import Access, MemoryRegion, RecvContext, RecvWqe, Sge
+from ..model.responder import Responder, ResponderSettings
 
 QPC_BASE, CQ_BASE, MR_BASE, RES_BASE = 0x10000, 0x20000, 0x30000, 0x40000
 SQ_BASE, RQ_BASE, CQ_RING, RCQ_RING = 0x50000, 0x60000, 0x70000, 0x78000
