@@ -1,4 +1,4 @@
-"""Command line of ``python -m rnic.sim``: ``demo``, ``run``, ``soak``, ``soak-report``, ``bench``."""
+"""Command line of ``python -m rnic.sim``: ``demo``, ``run``, ``respond``, ``soak``, ``soak-report``, ``bench``."""
 
 from __future__ import annotations
 
@@ -76,6 +76,11 @@ def _cmd_run(args) -> int:
     return _report(runs, out)
 
 
+def _cmd_respond(args) -> int:
+    from .respond import run_respond
+    return run_respond(args.scenario, args.frames, Path(args.out), width=args.width, status=_status)
+
+
 def _cmd_soak(args) -> int:
     from .soak import SoakPlan, run_soak, summary_path
     plan = SoakPlan.from_args(args, config_from_args(args))
@@ -149,6 +154,15 @@ def main(argv: list[str] | None = None) -> int:
     _add_path_argument(run)
     add_config_arguments(run)       # over the scenario's [config]
     run.set_defaults(func=_cmd_run)
+    respond = sub.add_parser("respond", help="replay captured requests into the RTL responder beside the model: "
+                                             "verdicts, response pcaps, memory changed (docs/receive.md)")
+    respond.add_argument("scenario", help="the responder's side: port, QPs, receive WQEs, MRs (JSON or TOML)")
+    respond.add_argument("--frames", required=True, metavar="IN.pcap",
+                         help="request frames (link type 1 Ethernet without FCS, or ERF / InfiniBand)")
+    respond.add_argument("--out", required=True, metavar="DIR", help="folder for the response pcaps and sim.log")
+    respond.add_argument("--width", type=int, default=64, choices=(64, 128, 256, 512),
+                         help="datapath width in bits (default 64)")
+    respond.set_defaults(func=_cmd_respond)
     soak = sub.add_parser("soak", help="random traffic on the RTL until --cycles clocks, scoreboard on",
                           description="Random workloads on the RTL, checked against the golden model. Workload i "
                                       "has its own seed, derived from --seed and i (docs/simulation.md).")
