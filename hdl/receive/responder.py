@@ -173,7 +173,7 @@ class Responder(wiring.Component):
         def mr_addr(key):
             return (self.mr_base & ~0x1F) + (key[8:32] << 5)
 
-        def mr_ok(key, pd_ok=True):
+        def mr_ok(key):
             """The MR read for ``key`` names it: valid, the key's variant byte, inside the table, the QP's PD."""
             return ((mr.state == MrState.VALID) & (mr.key == key[:8]) & (key[8:32] < self.mr_size)
                     & (mr.pd == rx.pd))
