@@ -213,14 +213,16 @@ class Responder(wiring.Component):
                 m.d.comb += [p_off.eq(Mux(v4, 20, 0)), p_len.eq(Mux(v4, 20, GRH_BYTES)), p_src.eq(l2)]
             with m.Default():
                 m.d.comb += [p_off.eq(Mux(ud, GRH_BYTES, off)), p_len.eq(n), p_src.eq(res.payload_start)]
+        # the overlap of the part and the SGE, registered (Scatter-Wait gives them a clock after a change)
         sge = wqe.sge[sge_i]
         lo, hi = Signal(33), Signal(33)
         sge_end = Signal(33)
-        m.d.comb += [sge_end.eq(base + sge.length),
-                     lo.eq(Mux(p_off > base, p_off, base)),
-                     hi.eq(Mux(p_off + p_len < sge_end, p_off + p_len, sge_end))]
         sge_va = Signal(64)
-        m.d.comb += sge_va.eq(sge.addr + lo - base)
+        p_end, lo_c = Signal(33), Signal(33)
+        m.d.comb += [p_end.eq(p_off + p_len), lo_c.eq(Mux(p_off > base, p_off, base))]
+        m.d.sync += [sge_end.eq(base + sge.length), lo.eq(lo_c),
+                     hi.eq(Mux(p_end < base + sge.length, p_end, base + sge.length)),
+                     sge_va.eq(sge.addr + lo_c - base)]
         piece_len, piece_va = Signal(16), Signal(64)
         capacity = Signal(34)
         m.d.comb += capacity.eq(sum(Mux(i < wqe.num_sge, wqe.sge[i].length, 0) for i in range(RECV_SGES)))

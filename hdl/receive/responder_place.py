@@ -101,18 +101,22 @@ def place_states(b):
             m.d.sync += [sge_i.eq(0), base.eq(0),
                          part.eq(Mux(ud & (res.mode == LinkMode.ROCEV2_IPV4), 0,
                                      Mux(ud & (res.mode != LinkMode.IB_LOCAL), 1, 2)))]
-            m.next = "Scatter"
+            m.next = "Scatter-Wait"
+    with m.State("Scatter-Wait"):
+        m.next = "Scatter"
     with m.State("Scatter"):
         with m.If(sge_i >= wqe.num_sge):
             with m.If(part == 2):
                 m.next = "Emit"
             with m.Else():
                 m.d.sync += [part.eq(part + 1), sge_i.eq(0), base.eq(0)]
+                m.next = "Scatter-Wait"
         with m.Elif(lo < hi):
             m.d.sync += [piece_len.eq(hi - lo), piece_va.eq(sge_va)]
             read_mr(sge.lkey, "Smr-Check")
         with m.Else():
             m.d.sync += [sge_i.eq(sge_i + 1), base.eq(sge_end)]
+            m.next = "Scatter-Wait"
     with m.State("Smr-Check"):
         with m.If(~mr_ok(key) | ~(mr.access & Access.LOCAL_WRITE).any() | ~covers(piece_va, piece_len)):
             nak(Syndrome.REMOTE_OP_ERR, CqeStatus.LOC_PROT_ERR)
@@ -122,7 +126,7 @@ def place_states(b):
                     m.d.sync += [pmem[i].src.eq(p_src + lo - p_off), pmem[i].length.eq(piece_len),
                                  pmem[i].addr.eq(bus_address(piece_va)), pmem[i].zero.eq(p_zero)]
             m.d.sync += [npieces.eq(npieces + 1), sge_i.eq(sge_i + 1), base.eq(sge_end)]
-            m.next = "Scatter"
+            m.next = "Scatter-Wait"
     with m.State("Emit"):
         cur = pmem[emit_i]
         final = (emit_i + 1 >= npieces)
