@@ -1,7 +1,7 @@
 """``python -m rnic.sim.bench_responder [--widths 64,128] [--json F]``: the RTL responder's speed on Verilator.
 
 Runs :mod:`rnic.sim.bench_responder_tb` on :class:`rnic.sim.rx_top.RxTop` (the same build as
-``cocotb_tests/test_responder.py``), host memory answering every read 50 clocks after its address, the
+``cocotb_tests/test_rx_responder.py``), host memory answering every read 50 clocks after its address, the
 response output always ready. Per workload (RC on RoCEv2/IPv4, MTU 1024, one QP): the clocks from a lone
 request's last beat to its first response beat (ACK or READ response; UD has none), then the rest back to
 back: clocks per request and the fraction of clocks ``s_axis.tready`` was high while frames were offered.

@@ -353,7 +353,7 @@ async def run_zz_coverage(dut):
 
 
 @pytest.mark.parametrize("width", [64, pytest.param(512, marks=pytest.mark.slow)])
-def test_responder(width):
-    seed = sim_tb.seed(None, None, what=f"test_responder[{width}]")
+def test_rx_responder(width):
+    seed = sim_tb.seed(None, None, what=f"test_rx_responder[{width}]")
     build = toolchain.build(lambda: RxTop(width, max_qps=16), "rx_top", f"rx-top-w{width}")
-    toolchain.run(build, "test_responder", seed=seed, test_dir=Path(__file__).parent)
+    toolchain.run(build, "test_rx_responder", seed=seed, test_dir=Path(__file__).parent)
