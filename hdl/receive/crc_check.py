@@ -90,7 +90,10 @@ class CrcCheck(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         B, W, K = self.lanes, self.width, self.k
-        Q = K + 1
+        # A beat can leave at the earliest K + 1 clocks after its frame's first beat came in, so K + 1 beats
+        # wait at most while frames stream in; one more slot lets ``i.ready`` be ``~full`` alone (the
+        # outgoing side's pop in it was the front end's critical path, into every slot's write)
+        Q = K + 2
 
         # --- input side: the head bytes of the frame coming in, the queue --------------------------
         # A frame's layout and CRC positions come from its head bytes one clock after the beat that
@@ -128,7 +131,7 @@ class CrcCheck(wiring.Component):
         m.d.comb += pop.eq(head_ready & icrc.i.ready & vcrc.i.ready & records.w_rdy)
 
         push = self.i.valid & self.i.ready
-        m.d.comb += self.i.ready.eq(~full | pop)
+        m.d.comb += self.i.ready.eq(~full)
         last_in = self.i.payload.last
         completes = ((jh == K - 1) | last_in) & (jh != K)
         m.d.sync += pending.eq(push & completes)
