@@ -127,8 +127,16 @@ class CrcCheck(wiring.Component):
         m.submodules.icrc = icrc = CrcStream(ICRC, W)
         m.submodules.vcrc = vcrc = CrcStream(VCRC, W)
         m.submodules.records = records = SyncFIFOBuffered(width=record_layout().size, depth=self.pending)
-        pop = Signal()
-        m.d.comb += pop.eq(head_ready & icrc.i.ready & vcrc.i.ready & records.w_rdy)
+        # the beat going out waits in a register `h` (the queue's read multiplexer and the capture
+        # arithmetic behind it in one clock were the front end's critical path); `go` consumes it
+        h, h_valid = Signal(slot, name="head"), Signal()
+        pop, go = Signal(), Signal()
+        m.d.comb += [go.eq(h_valid & icrc.i.ready & vcrc.i.ready & records.w_rdy),
+                     pop.eq(head_ready & (~h_valid | go))]
+        with m.If(pop):
+            m.d.sync += [h.eq(head_slot), h_valid.eq(1)]
+        with m.Elif(go):
+            m.d.sync += h_valid.eq(0)
 
         push = self.i.valid & self.i.ready
         m.d.comb += self.i.ready.eq(~full)
@@ -167,7 +175,6 @@ class CrcCheck(wiring.Component):
             m.d.sync += rp.eq(Mux(rp == Q - 1, 0, rp + 1))
 
         # --- output side: masks, CRC feeds, captures ------------------------------------------------
-        h = head_slot
         base = Cat(Const(0, (B - 1).bit_length()), h.j)          # h.j * B
         lanes_ab = [base + lane for lane in range(B)]
         nbytes = Signal(range(B + 1))
@@ -189,8 +196,8 @@ class CrcCheck(wiring.Component):
             keep = Cat(*((ab >= start) & (ab < end) & h.keep[i] for i, ab in enumerate(lanes_ab)))
             ends = ~done & (h.last | (end <= base + B))
             m.d.comb += [eng.i.payload.data.eq(word), eng.i.payload.keep.eq(keep), eng.i.payload.last.eq(ends),
-                         eng.i.valid.eq(pop & ~done & (keep.any() | ends))]
-            with m.If(pop):
+                         eng.i.valid.eq(go & ~done & (keep.any() | ends))]
+            with m.If(go):
                 m.d.sync += done.eq(~h.last & (done | ends))
 
         # captures of the frame going out (zeroed at its first beat)
@@ -207,18 +214,19 @@ class CrcCheck(wiring.Component):
         for target, count, sig in ((h.icrc_at, 4, icrc_n), (h.vcrc_at, 2, vcrc_n), (h.icrc_at - 4, 4, prepad_n)):
             for k in range(count):
                 pos = (target + k)[:LEN_BITS]
-                inside = (pos >= base) & (pos < base + B) & (target + k >= 0)
-                lane = (pos - base)[:max(1, (B - 1).bit_length())]
+                lb = max(1, (B - 1).bit_length())
+                inside = (pos[lb:] == h.j) & (target + k >= 0)        # base <= pos < base + B
+                lane = pos[:lb]
                 with m.If(inside):
                     m.d.comb += byte_of(sig, k).eq(h.data.word_select(lane, 8))
-        with m.If(pop):
+        with m.If(go):
             m.d.sync += [hdr.eq(hdr_n), icrc_wire.eq(icrc_n), vcrc_wire.eq(vcrc_n), prepad.eq(prepad_n)]
 
         rec = Signal(record_layout())
         m.d.comb += [rec.hdr.eq(hdr_n), rec.length.eq(base + nbytes), rec.fcs_bad.eq(h.user), rec.layout.eq(h.layout),
                      rec.icrc_at.eq(h.icrc_at), rec.vcrc_at.eq(h.vcrc_at), rec.icrc_wire.eq(icrc_n),
                      rec.vcrc_wire.eq(vcrc_n), rec.prepad.eq(prepad_n)]
-        m.d.comb += [records.w_data.eq(rec), records.w_en.eq(pop & h.last)]
+        m.d.comb += [records.w_data.eq(rec), records.w_en.eq(go & h.last)]
 
         # --- join each record with its two CRCs -------------------------------------------------------
         out = Signal(record_layout())
