@@ -3,7 +3,7 @@ record per frame of what the decoder needs. See :class:`CrcCheck`."""
 
 from __future__ import annotations
 
-from amaranth import Array, Cat, Const, Module, Mux, Signal, Value
+from amaranth import Array, Cat, Const, Module, Mux, Signal, Value, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
@@ -133,8 +133,13 @@ class CrcCheck(wiring.Component):
         pop, go = Signal(), Signal()
         m.d.comb += [go.eq(h_valid & icrc.i.ready & vcrc.i.ready & records.w_rdy),
                      pop.eq(head_ready & (~h_valid | go))]
+        # with it, the beat numbers next to its own, for the captures below (no carry chain behind `h`)
+        lb = max(1, (B - 1).bit_length())
+        hi_bits = LEN_BITS - lb
+        j_fits, j_minus, j_plus = Signal(), Signal(hi_bits), Signal(hi_bits + 1)
         with m.If(pop):
-            m.d.sync += [h.eq(head_slot), h_valid.eq(1)]
+            m.d.sync += [h.eq(head_slot), h_valid.eq(1), j_fits.eq(head_slot.j[hi_bits:] == 0),
+                         j_minus.eq(head_slot.j[:hi_bits] - 1), j_plus.eq(head_slot.j[:hi_bits] + 1)]
         with m.Elif(go):
             m.d.sync += h_valid.eq(0)
 
@@ -211,14 +216,20 @@ class CrcCheck(wiring.Component):
         for j in range(HEADER_BYTES // B):
             with m.If(h.j == j):
                 m.d.comb += hdr_n[8 * j * B:8 * (j + 1) * B].eq(kept)
-        for target, count, sig in ((h.icrc_at, 4, icrc_n), (h.vcrc_at, 2, vcrc_n), (h.icrc_at - 4, 4, prepad_n)):
+        # byte k of a capture sits at pos = (t + d)[:LEN_BITS] (d = k, or k - 4 for the pad; the pad's
+        # pos must not be negative); it is in this beat when pos[lb:] == j. t's lane plus d says
+        # whether pos is in t's beat, the one after (t[lb:] == j - 1, modulo) or the one before
+        # (t[lb:] == j + 1, which also keeps pos >= 0)
+        for target, count, d0, sig in ((h.icrc_at, 4, 0, icrc_n), (h.vcrc_at, 2, 0, vcrc_n),
+                                       (h.icrc_at, 4, -4, prepad_n)):
+            t_hi = target[lb:]
+            same, after, before = t_hi == h.j[:hi_bits], t_hi == j_minus, t_hi == j_plus
             for k in range(count):
-                pos = (target + k)[:LEN_BITS]
-                lb = max(1, (B - 1).bit_length())
-                inside = (pos[lb:] == h.j) & (target + k >= 0)        # base <= pos < base + B
-                lane = pos[:lb]
+                lo = Signal(signed(lb + 2), name=f"{sig.name}_lo{k}")
+                m.d.comb += lo.eq(target[:lb] + (d0 + k))
+                inside = j_fits & Mux(lo < 0, before, Mux(lo >= B, after, same))
                 with m.If(inside):
-                    m.d.comb += byte_of(sig, k).eq(h.data.word_select(lane, 8))
+                    m.d.comb += byte_of(sig, k).eq(h.data.word_select(lo[:lb], 8))
         with m.If(go):
             m.d.sync += [hdr.eq(hdr_n), icrc_wire.eq(icrc_n), vcrc_wire.eq(vcrc_n), prepad.eq(prepad_n)]
 
