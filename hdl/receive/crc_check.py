@@ -3,6 +3,9 @@ record per frame of what the decoder needs. See :class:`CrcCheck`."""
 
 from __future__ import annotations
 
+import operator
+from functools import reduce
+
 from amaranth import Array, Cat, Const, Module, Mux, Signal, Value, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
@@ -49,13 +52,18 @@ def frame_layout_of(m: Module, head: Signal, ib: Value) -> tuple[Signal, Signal,
                      icrc_at.eq((pkt_len << 2) - 4), vcrc_at.eq(pkt_len << 2)]
     with m.Else():
         m.d.comb += layout.eq(Cat(tagged, mode))
+        # the four candidates summed side by side and picked by an AND-OR (a multiplexer would let
+        # yosys share one adder behind it, after the layout decode: the front end's critical path)
+        eth_icrc = []
         for vlan in (0, 1):
             l2 = 14 + 4 * vlan
             total = be_field(head, l2, hd.IPv4, "total_length")
             payload = be_field(head, l2, hd.IPv6, "payload_length")      # the GRH's PayLen sits there too
-            with m.If(tagged == vlan):
-                m.d.comb += icrc_at.eq(l2 - 4 + Mux(mode == 0, total, 40 + payload))
-        m.d.comb += vcrc_at.eq(icrc_at)
+            for v4, value in ((1, l2 - 4 + total), (0, l2 - 4 + 40 + payload)):
+                cand = Signal(LEN_BITS, name=f"icrc_at_{'v4' if v4 else 'v6'}_vlan{vlan}")
+                m.d.comb += cand.eq(value)
+                eth_icrc.append(cand & ((tagged == vlan) & ((mode == 0) == v4)).replicate(LEN_BITS))
+        m.d.comb += [icrc_at.eq(reduce(operator.or_, eth_icrc)), vcrc_at.eq(icrc_at)]
     return layout, icrc_at, vcrc_at
 
 
