@@ -3,7 +3,10 @@ record per frame of what the decoder needs. See :class:`CrcCheck`."""
 
 from __future__ import annotations
 
-from amaranth import Array, Cat, Const, Module, Mux, Signal, Value
+import operator
+from functools import reduce
+
+from amaranth import Array, Cat, Const, Module, Mux, Signal, Value, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
@@ -49,13 +52,18 @@ def frame_layout_of(m: Module, head: Signal, ib: Value) -> tuple[Signal, Signal,
                      icrc_at.eq((pkt_len << 2) - 4), vcrc_at.eq(pkt_len << 2)]
     with m.Else():
         m.d.comb += layout.eq(Cat(tagged, mode))
+        # the four candidates summed side by side and picked by an AND-OR (a multiplexer would let
+        # yosys share one adder behind it, after the layout decode: the front end's critical path)
+        eth_icrc = []
         for vlan in (0, 1):
             l2 = 14 + 4 * vlan
             total = be_field(head, l2, hd.IPv4, "total_length")
             payload = be_field(head, l2, hd.IPv6, "payload_length")      # the GRH's PayLen sits there too
-            with m.If(tagged == vlan):
-                m.d.comb += icrc_at.eq(l2 - 4 + Mux(mode == 0, total, 40 + payload))
-        m.d.comb += vcrc_at.eq(icrc_at)
+            for v4, value in ((1, l2 - 4 + total), (0, l2 - 4 + 40 + payload)):
+                cand = Signal(LEN_BITS, name=f"icrc_at_{'v4' if v4 else 'v6'}_vlan{vlan}")
+                m.d.comb += cand.eq(value)
+                eth_icrc.append(cand & ((tagged == vlan) & ((mode == 0) == v4)).replicate(LEN_BITS))
+        m.d.comb += [icrc_at.eq(reduce(operator.or_, eth_icrc)), vcrc_at.eq(icrc_at)]
     return layout, icrc_at, vcrc_at
 
 
@@ -90,7 +98,10 @@ class CrcCheck(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         B, W, K = self.lanes, self.width, self.k
-        Q = K + 1
+        # A beat can leave at the earliest K + 1 clocks after its frame's first beat came in, so K + 1 beats
+        # wait at most while frames stream in; one more slot lets ``i.ready`` be ``~full`` alone (the
+        # outgoing side's pop in it was the front end's critical path, into every slot's write)
+        Q = K + 2
 
         # --- input side: the head bytes of the frame coming in, the queue --------------------------
         # A frame's layout and CRC positions come from its head bytes one clock after the beat that
@@ -124,11 +135,24 @@ class CrcCheck(wiring.Component):
         m.submodules.icrc = icrc = CrcStream(ICRC, W)
         m.submodules.vcrc = vcrc = CrcStream(VCRC, W)
         m.submodules.records = records = SyncFIFOBuffered(width=record_layout().size, depth=self.pending)
-        pop = Signal()
-        m.d.comb += pop.eq(head_ready & icrc.i.ready & vcrc.i.ready & records.w_rdy)
+        # the beat going out waits in a register `h` (the queue's read multiplexer and the capture
+        # arithmetic behind it in one clock were the front end's critical path); `go` consumes it
+        h, h_valid = Signal(slot, name="head"), Signal()
+        pop, go = Signal(), Signal()
+        m.d.comb += [go.eq(h_valid & icrc.i.ready & vcrc.i.ready & records.w_rdy),
+                     pop.eq(head_ready & (~h_valid | go))]
+        # with it, the beat numbers next to its own, for the captures below (no carry chain behind `h`)
+        lb = max(1, (B - 1).bit_length())
+        hi_bits = LEN_BITS - lb
+        j_fits, j_minus, j_plus = Signal(), Signal(hi_bits), Signal(hi_bits + 1)
+        with m.If(pop):
+            m.d.sync += [h.eq(head_slot), h_valid.eq(1), j_fits.eq(head_slot.j[hi_bits:] == 0),
+                         j_minus.eq(head_slot.j[:hi_bits] - 1), j_plus.eq(head_slot.j[:hi_bits] + 1)]
+        with m.Elif(go):
+            m.d.sync += h_valid.eq(0)
 
         push = self.i.valid & self.i.ready
-        m.d.comb += self.i.ready.eq(~full | pop)
+        m.d.comb += self.i.ready.eq(~full)
         last_in = self.i.payload.last
         completes = ((jh == K - 1) | last_in) & (jh != K)
         m.d.sync += pending.eq(push & completes)
@@ -164,7 +188,6 @@ class CrcCheck(wiring.Component):
             m.d.sync += rp.eq(Mux(rp == Q - 1, 0, rp + 1))
 
         # --- output side: masks, CRC feeds, captures ------------------------------------------------
-        h = head_slot
         base = Cat(Const(0, (B - 1).bit_length()), h.j)          # h.j * B
         lanes_ab = [base + lane for lane in range(B)]
         nbytes = Signal(range(B + 1))
@@ -186,8 +209,8 @@ class CrcCheck(wiring.Component):
             keep = Cat(*((ab >= start) & (ab < end) & h.keep[i] for i, ab in enumerate(lanes_ab)))
             ends = ~done & (h.last | (end <= base + B))
             m.d.comb += [eng.i.payload.data.eq(word), eng.i.payload.keep.eq(keep), eng.i.payload.last.eq(ends),
-                         eng.i.valid.eq(pop & ~done & (keep.any() | ends))]
-            with m.If(pop):
+                         eng.i.valid.eq(go & ~done & (keep.any() | ends))]
+            with m.If(go):
                 m.d.sync += done.eq(~h.last & (done | ends))
 
         # captures of the frame going out (zeroed at its first beat)
@@ -201,21 +224,28 @@ class CrcCheck(wiring.Component):
         for j in range(HEADER_BYTES // B):
             with m.If(h.j == j):
                 m.d.comb += hdr_n[8 * j * B:8 * (j + 1) * B].eq(kept)
-        for target, count, sig in ((h.icrc_at, 4, icrc_n), (h.vcrc_at, 2, vcrc_n), (h.icrc_at - 4, 4, prepad_n)):
+        # byte k of a capture sits at pos = (t + d)[:LEN_BITS] (d = k, or k - 4 for the pad; the pad's
+        # pos must not be negative); it is in this beat when pos[lb:] == j. t's lane plus d says
+        # whether pos is in t's beat, the one after (t[lb:] == j - 1, modulo) or the one before
+        # (t[lb:] == j + 1, which also keeps pos >= 0)
+        for target, count, d0, sig in ((h.icrc_at, 4, 0, icrc_n), (h.vcrc_at, 2, 0, vcrc_n),
+                                       (h.icrc_at, 4, -4, prepad_n)):
+            t_hi = target[lb:]
+            same, after, before = t_hi == h.j[:hi_bits], t_hi == j_minus, t_hi == j_plus
             for k in range(count):
-                pos = (target + k)[:LEN_BITS]
-                inside = (pos >= base) & (pos < base + B) & (target + k >= 0)
-                lane = (pos - base)[:max(1, (B - 1).bit_length())]
+                lo = Signal(signed(lb + 2), name=f"{sig.name}_lo{k}")
+                m.d.comb += lo.eq(target[:lb] + (d0 + k))
+                inside = j_fits & Mux(lo < 0, before, Mux(lo >= B, after, same))
                 with m.If(inside):
-                    m.d.comb += byte_of(sig, k).eq(h.data.word_select(lane, 8))
-        with m.If(pop):
+                    m.d.comb += byte_of(sig, k).eq(h.data.word_select(lo[:lb], 8))
+        with m.If(go):
             m.d.sync += [hdr.eq(hdr_n), icrc_wire.eq(icrc_n), vcrc_wire.eq(vcrc_n), prepad.eq(prepad_n)]
 
         rec = Signal(record_layout())
         m.d.comb += [rec.hdr.eq(hdr_n), rec.length.eq(base + nbytes), rec.fcs_bad.eq(h.user), rec.layout.eq(h.layout),
                      rec.icrc_at.eq(h.icrc_at), rec.vcrc_at.eq(h.vcrc_at), rec.icrc_wire.eq(icrc_n),
                      rec.vcrc_wire.eq(vcrc_n), rec.prepad.eq(prepad_n)]
-        m.d.comb += [records.w_data.eq(rec), records.w_en.eq(pop & h.last)]
+        m.d.comb += [records.w_data.eq(rec), records.w_en.eq(go & h.last)]
 
         # --- join each record with its two CRCs -------------------------------------------------------
         out = Signal(record_layout())

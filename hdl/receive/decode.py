@@ -3,7 +3,7 @@ the rules and in the order of :func:`rnic.model.receive.classify`. See :class:`F
 
 from __future__ import annotations
 
-from amaranth import Array, Cat, Const, Module, Mux, Signal
+from amaranth import Array, Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -35,7 +35,7 @@ def _window(m, hdr, starts, select, nbytes, name):
 class FrameDecode(wiring.Component):
     """Checks one :func:`~.crc_check.record_layout` record per frame and emits its :func:`result_layout`:
     ``ok`` or the first failing :class:`~rnic.model.receive.DropReason`, and the parsed descriptor, equal
-    to :func:`~rnic.model.frames.parse_frame`'s for a frame that passes. Three pipeline stages; ``i.ready``
+    to :func:`~rnic.model.frames.parse_frame`'s for a frame that passes. Four pipeline stages; ``i.ready``
     is ``o.ready`` or an empty output (the stages advance together).
 
     Members
@@ -61,10 +61,10 @@ class FrameDecode(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         adv = Signal()
-        full = Signal(3)                # valid bits of stages 1, 2 and 3 (the output)
-        m.d.comb += [adv.eq(~full[2] | self.o.ready), self.i.ready.eq(adv), self.o.valid.eq(full[2])]
+        full = Signal(4)                # valid bits of stages 1, 2, 3 and 4 (the output)
+        m.d.comb += [adv.eq(~full[3] | self.o.ready), self.i.ready.eq(adv), self.o.valid.eq(full[3])]
         with m.If(adv):
-            m.d.sync += full.eq(Cat(self.i.valid, full[:2]))
+            m.d.sync += full.eq(Cat(self.i.valid, full[:3]))
 
         # --- stage 1: what the frame is and where its headers are ----------------------------------
         r = self.i.payload
@@ -115,6 +115,7 @@ class FrameDecode(wiring.Component):
         bth = {n: be_field(tr, 0, hd.BTH, n) for n, _ in hd.BTH.LAYOUT}
         opcode = bth["opcode"]
         known, ext_len, payload_ok, fixed, fixed_len = opcode_props(m, opcode)
+        pkt_len = be_field(rec.hdr, 0, hd.LRH, "pkt_len")
         bth_at = Array(Const(la.bth, 8) for la in LAYOUTS)[Mux(ib, Mux(md == LinkMode.IB_GLOBAL, 7, 6),
                                                                 Cat(s1.tagged, md[:2]))]
 
@@ -131,26 +132,25 @@ class FrameDecode(wiring.Component):
             with m.Case(LinkMode.ROCEV1, LinkMode.IB_GLOBAL):
                 m.d.comb += if_net_bad.eq((ip6["version"] != 6) | (ip6["next_header"] != hd.GRH_NEXT_HEADER_IBA))
 
-        # BAD_LENGTH of the network layer
-        end, len_bad = Signal(LEN_BITS + 2), Signal()
-        pkt_len = be_field(rec.hdr, 0, hd.LRH, "pkt_len")
-        with m.If(ib):
-            m.d.comb += len_bad.eq(((pkt_len << 2) + 2 != length) |
-                                   ((md == LinkMode.IB_GLOBAL) & (hd.LRH.SIZE + hd.GRH.SIZE + ip6["payload_length"]
-                                                                  != (pkt_len << 2))))
-        with m.Else():
-            m.d.comb += end.eq(l2 + Mux(v4, ip4["total_length"], hd.IPv6.SIZE + ip6["payload_length"]))
-            udp_want = Mux(v4, ip4["total_length"] - hd.IPv4.SIZE, ip6["payload_length"])
-            m.d.comb += len_bad.eq((end > length) | ((end != length) & (length > ETH_MIN_FRAME)) |
-                                   (end < bth_at + hd.BTH.SIZE + 4) | (~roce1 & (udp_len_field != udp_want)))
-        # BAD_LENGTH of the transport (a known opcode): icrc_at is where the covered transport ends
-        rest = Signal(LEN_BITS + 2)
-        m.d.comb += rest.eq(rec.icrc_at - bth_at - hd.BTH.SIZE - ext_len)
-        fits = rec.icrc_at >= bth_at + hd.BTH.SIZE + ext_len
-        # IPv4 header checksum over the header with its checksum field taken as zero (ipv4_checksum)
+        # BAD_LENGTH: the operands are registered here and compared in stage 3 (the sums and compares in one
+        # clock were the critical path); each keeps the shape of the expression it stands for
+        end = Signal(LEN_BITS + 2)
+        m.d.comb += end.eq(l2 + Mux(v4, ip4["total_length"], hd.IPv6.SIZE + ip6["payload_length"]))
+        udp_want = Mux(v4, ip4["total_length"] - hd.IPv4.SIZE, ip6["payload_length"])
+        grh_end = hd.LRH.SIZE + hd.GRH.SIZE + ip6["payload_length"]
+        min_end = bth_at + hd.BTH.SIZE + 4
+        # the transport (a known opcode): payload_start is where the payload starts, icrc_at where the
+        # covered transport ends; stage 3 subtracts
+        payload_start = Signal(8)
+        m.d.comb += payload_start.eq(bth_at + hd.BTH.SIZE + ext_len)
+        pad = bth["pad_count"]
+        pad_bytes = Cat(byte_of(rec.prepad, 3), byte_of(rec.prepad, 2), byte_of(rec.prepad, 1))
+        pad_dirty = Cat(*((pad > k) & pad_bytes[8 * k:8 * k + 8].any() for k in range(3))).any()
+        # IPv4 header checksum over the header with its checksum field taken as zero (ipv4_checksum): three
+        # partial sums here, their total and first fold in stage 3, the last fold in stage 4
         words = [Cat(byte_of(net, 2 * i + 1), byte_of(net, 2 * i)) for i in range(10) if i != 5]
-        csum_total = Signal(20)
-        m.d.comb += csum_total.eq(sum(words))
+        csum_parts = [Signal(18, name=f"csum_part{k}") for k in range(3)]
+        m.d.comb += [p.eq(words[3 * k] + words[3 * k + 1] + words[3 * k + 2]) for k, p in enumerate(csum_parts)]
 
         # addresses
         # (each GID entry's compare is registered; stage 3 combines them)
@@ -160,13 +160,12 @@ class FrameDecode(wiring.Component):
         dst_mac = Cat(*(byte_of(rec.hdr, b) for b in range(5, -1, -1)))
         addr_ok = Mux(ib, lrh["dlid"] == self.lid, dst_mac == self.mac)
 
-        early = [  # (condition, reason) in classify's order; the transport and IPv4 checksum rules follow
+        early = [  # (condition, reason) in classify's order; stage 3 adds the two length rules
             (rec.fcs_bad, DropReason.BAD_FCS),
             (s1.l2_short, DropReason.TRUNCATED),
             (s1.stacked | ~s1.mode_ok, DropReason.NOT_ROCE),
             (length < s1.need, DropReason.TRUNCATED),
             (if_net_bad, DropReason.NOT_ROCE),
-            (len_bad, DropReason.BAD_LENGTH),
         ]
         late = [
             (bth["tver"] != hd.TVER_IBA, DropReason.BAD_TVER),
@@ -175,9 +174,13 @@ class FrameDecode(wiring.Component):
             (~known, DropReason.UNKNOWN_OPCODE),
         ]
         s2 = Signal(data.StructLayout({
-            "early": len(early), "late": len(late), "v4": 1, "csum_total": 20, "csum_field": 16,
-            "rest": LEN_BITS + 2, "fits": 1, "known": 1, "payload_ok": 1, "fixed": 1, "fixed_len": 13, "pad": 2,
-            "prepad": 32, "mode": 3, "payload_start": 8, "desc": DescriptorLayout,
+            "early": len(early), "late": len(late), "v4": 1, "csum_parts": data.ArrayLayout(18, 3), "csum_field": 16,
+            "ib": 1, "ib_global": 1, "roce1": 1, "length": LEN_BITS, "end": LEN_BITS + 2,
+            "udp_len": 16, "udp_want": udp_want.shape(), "min_end": Value.cast(min_end).shape(),
+            "pkt_len": len(pkt_len), "grh_end": grh_end.shape(),
+            "icrc_at": LEN_BITS, "ps_pad": 9, "pad": 2, "pad_dirty": 1,
+            "known": 1, "payload_ok": 1, "fixed": 1, "fixed_len": 13,
+            "mode": 3, "payload_start": 8, "desc": DescriptorLayout,
             "gid_eq": self.n_gids, "addr_ok": 1, "any_gid": 1, "cnp": 1}))
         out = Signal(result_layout())
         d = out.desc
@@ -213,38 +216,56 @@ class FrameDecode(wiring.Component):
                     m.d.comb += getattr(d, name).eq(be_field(tr, hd.BTH.SIZE + off, cls, field))
         with m.If(adv):
             m.d.sync += [s2.early.eq(Cat(*(c for c, _ in early))), s2.late.eq(Cat(*(c for c, _ in late))),
-                         s2.v4.eq(v4), s2.csum_total.eq(csum_total), s2.csum_field.eq(ip4["checksum"]),
-                         s2.rest.eq(rest), s2.fits.eq(fits), s2.known.eq(known), s2.payload_ok.eq(payload_ok),
-                         s2.fixed.eq(fixed), s2.fixed_len.eq(fixed_len), s2.pad.eq(bth["pad_count"]),
-                         s2.prepad.eq(rec.prepad), s2.mode.eq(md),
-                         s2.payload_start.eq(bth_at + hd.BTH.SIZE + ext_len), s2.desc.eq(out.desc),
+                         s2.v4.eq(v4), s2.csum_parts.eq(Cat(*csum_parts)), s2.csum_field.eq(ip4["checksum"]),
+                         s2.ib.eq(ib), s2.ib_global.eq(md == LinkMode.IB_GLOBAL), s2.roce1.eq(roce1),
+                         s2.length.eq(length), s2.end.eq(end), s2.udp_len.eq(udp_len_field),
+                         s2.udp_want.eq(udp_want), s2.min_end.eq(min_end), s2.pkt_len.eq(pkt_len),
+                         s2.grh_end.eq(grh_end), s2.icrc_at.eq(rec.icrc_at), s2.ps_pad.eq(payload_start + pad),
+                         s2.pad.eq(pad), s2.pad_dirty.eq(pad_dirty),
+                         s2.known.eq(known), s2.payload_ok.eq(payload_ok),
+                         s2.fixed.eq(fixed), s2.fixed_len.eq(fixed_len), s2.mode.eq(md),
+                         s2.payload_start.eq(payload_start), s2.desc.eq(out.desc),
                          s2.gid_eq.eq(gid_eq), s2.addr_ok.eq(addr_ok), s2.any_gid.eq(md == LinkMode.IB_LOCAL),
                          s2.cnp.eq(opcode == Opcode.CNP)]
 
-        # --- stage 3: the transport lengths, the IPv4 checksum, the first failing check ------------------
-        n = Signal(LEN_BITS + 2)
-        m.d.comb += n.eq(s2.rest - s2.pad)
-        pad_bytes = Cat(byte_of(s2.prepad, 3), byte_of(s2.prepad, 2), byte_of(s2.prepad, 1))
-        pad_dirty = Cat(*((s2.pad > k) & pad_bytes[8 * k:8 * k + 8].any() for k in range(3))).any()
-        tr_bad = s2.known & (~s2.fits | (s2.rest[:2] != 0) | (s2.rest < s2.pad) | pad_dirty
+        # --- stage 3: the length compares, the transport lengths, the IPv4 checksum's total -------------
+        len_bad = Mux(s2.ib,
+                      ((s2.pkt_len << 2) + 2 != s2.length) | (s2.ib_global & (s2.grh_end != (s2.pkt_len << 2))),
+                      (s2.end > s2.length) | ((s2.end != s2.length) & (s2.length > ETH_MIN_FRAME))
+                      | (s2.end < s2.min_end) | (~s2.roce1 & (s2.udp_len != s2.udp_want)))
+        rest, n = Signal(LEN_BITS + 2), Signal(LEN_BITS + 2)
+        m.d.comb += [rest.eq(s2.icrc_at - s2.payload_start), n.eq(s2.icrc_at - s2.ps_pad)]    # n = rest - pad
+        fits = s2.icrc_at >= s2.payload_start
+        tr_bad = s2.known & (~fits | (rest[:2] != 0) | (rest < s2.pad) | s2.pad_dirty
                              | (~s2.payload_ok & (n != 0)) | (s2.fixed & (n != s2.fixed_len)) | (n > MAX_PAYLOAD))
-        fold1 = Signal(17)
-        m.d.comb += fold1.eq(s2.csum_total[:16] + s2.csum_total[16:])
+        csum_total = Signal(20)
+        m.d.comb += csum_total.eq(s2.csum_parts[0] + s2.csum_parts[1] + s2.csum_parts[2])
+        early3 = early + [(len_bad, DropReason.BAD_LENGTH), (tr_bad, DropReason.BAD_LENGTH)]
+        s3 = Signal(data.StructLayout({
+            "early": len(early3), "late": len(late), "v4": 1, "fold1": 17, "csum_field": 16, "not_ours": 1,
+            "cnp": 1, "mode": 3, "payload_start": 8, "n": LEN_BITS + 2, "desc": DescriptorLayout}))
+        with m.If(adv):
+            m.d.sync += [s3.early.eq(Cat(s2.early, len_bad, tr_bad)), s3.late.eq(s2.late), s3.v4.eq(s2.v4),
+                         s3.fold1.eq(csum_total[:16] + csum_total[16:]), s3.csum_field.eq(s2.csum_field),
+                         s3.not_ours.eq(~(s2.addr_ok & (s2.any_gid | s2.gid_eq.any()))), s3.cnp.eq(s2.cnp),
+                         s3.mode.eq(s2.mode), s3.payload_start.eq(s2.payload_start), s3.n.eq(n),
+                         s3.desc.eq(s2.desc)]
+
+        # --- stage 4: the IPv4 checksum's last fold, the first failing check ---------------------------
         csum = Signal(16)
-        m.d.comb += csum.eq(~(fold1[:16] + fold1[16]))
-        checks = ([(s2.early[i], why) for i, (_, why) in enumerate(early)]
-                  + [(tr_bad, DropReason.BAD_LENGTH), (s2.v4 & (csum != s2.csum_field), DropReason.BAD_IP_CHECKSUM)]
-                  + [(s2.late[i], why) for i, (_, why) in enumerate(late)]
-                  + [(~(s2.addr_ok & (s2.any_gid | s2.gid_eq.any())), DropReason.NOT_OURS),
-                     (s2.cnp, DropReason.CNP)])
+        m.d.comb += csum.eq(~(s3.fold1[:16] + s3.fold1[16]))
+        checks = ([(s3.early[i], why) for i, (_, why) in enumerate(early3)]
+                  + [(s3.v4 & (csum != s3.csum_field), DropReason.BAD_IP_CHECKSUM)]
+                  + [(s3.late[i], why) for i, (_, why) in enumerate(late)]
+                  + [(s3.not_ours, DropReason.NOT_OURS), (s3.cnp, DropReason.CNP)])
         ok = Signal(init=1)
         reason = Signal(4)
         for cond, why in reversed(checks):
             with m.If(cond):
                 m.d.comb += [ok.eq(0), reason.eq(why)]
         res = Signal(result_layout())
-        m.d.comb += [res.ok.eq(ok), res.reason.eq(reason), res.mode.eq(s2.mode), res.desc.eq(s2.desc),
-                     res.desc.payload_len.eq(n), res.payload_start.eq(s2.payload_start), res.length.eq(n)]
+        m.d.comb += [res.ok.eq(ok), res.reason.eq(reason), res.mode.eq(s3.mode), res.desc.eq(s3.desc),
+                     res.desc.payload_len.eq(s3.n), res.payload_start.eq(s3.payload_start), res.length.eq(s3.n)]
         with m.If(adv):
             m.d.sync += self.o.payload.eq(res)
         return m
