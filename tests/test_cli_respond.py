@@ -20,11 +20,11 @@ def _cli(*args, timeout=1500):
 
 
 def test_example_capture(tmp_path):
-    r = _cli("examples/respond.toml", "--frames", "examples/respond.pcap", "--out", tmp_path)
+    r = _cli("examples/respond/scenario.toml", "--frames", "examples/respond/requests.pcap", "--out", tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
     lines = [line for line in r.stdout.splitlines() if line.startswith("frame ")]
     kinds = [line.split(": ", 1)[1] for line in lines]
-    assert len(lines) == len(read_pcap(ROOT / "examples/respond.pcap")[1]) == 10
+    assert len(lines) == len(read_pcap(ROOT / "examples/respond/requests.pcap")[1]) == 10
     assert [k.split(":")[0] for k in kinds] == ["executed"] * 5 + ["duplicate", "NAK 0x60 (PSN_SEQ_ERR)",
                                                                    "dropped", "executed", "NAK 0x62 (REMOTE_ACCESS)"]
     assert "<- RTL" not in r.stdout
@@ -56,5 +56,5 @@ def test_scenario_errors(tmp_path, data, message):
 def test_bad_scenario_is_exit_1(tmp_path):
     path = tmp_path / "s.json"
     path.write_text("{}")
-    r = _cli(path, "--frames", "examples/respond.pcap", "--out", tmp_path)
+    r = _cli(path, "--frames", "examples/respond/requests.pcap", "--out", tmp_path)
     assert r.returncode == 1 and "error: port: missing" in r.stderr
