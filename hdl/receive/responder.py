@@ -277,6 +277,13 @@ class Responder(wiring.Component):
         mret = _Returns(m, "mret", ["Inv-Check", "Wmr-Check", "Smr-Check", "Rmr-Check", "Amr-Check"])
         sret = _Returns(m, "sret", fret.targets)
 
+        def cache_request(op, then, arg=0):
+            """Offer one QP cache request for this frame's QP; go to ``then`` once it is taken."""
+            m.d.comb += [cache_req.valid.eq(1), cache_req.payload.op.eq(op), cache_req.payload.qpn.eq(qpn),
+                         cache_req.payload.arg.eq(arg)]
+            with m.If(cache_req.ready):
+                m.next = then
+
         def write_rx(back):
             wret.call("Wrx-Pre", back)
 
@@ -311,10 +318,7 @@ class Responder(wiring.Component):
                     m.next = "Qpc-Req"
 
             with m.State("Qpc-Req"):
-                m.d.comb += [cache_req.valid.eq(1), cache_req.payload.op.eq(Op.LOOKUP),
-                             cache_req.payload.qpn.eq(qpn)]
-                with m.If(cache_req.ready):
-                    m.next = "Qpc-Resp"
+                cache_request(Op.LOOKUP, "Qpc-Resp")
             with m.State("Qpc-Resp"):
                 m.d.comb += cache_resp.ready.eq(1)
                 with m.If(cache_resp.valid):

@@ -24,7 +24,7 @@ def fail_states(b):
     wqe_taken, wqe_have, wr_id, wqe = b.wqe_taken, b.wqe_have, b.wr_id, b.wqe
     host_read, wqe_addr = b.host_read, b.wqe_addr
     hret, herr, hdata, cqe, cret, ctx = b.hret, b.herr, b.hdata, b.cqe, b.cret, b.ctx
-    sret, cq, cache_req, op, qpn, cache_resp = b.sret, b.cq, b.cache_req, b.op, b.qpn, b.cache_resp
+    sret, cq, cache_resp = b.sret, b.cq, b.cache_resp
     rx_addr, bus_error, rq_empty = b.rx_addr, b.bus_error, b.rq_empty
     with m.State("Nak"):
         with m.If(rc):
@@ -98,19 +98,13 @@ def fail_states(b):
     # QP -> ERROR, then every posted receive WQE completes with WR_FLUSH_ERR; back through sret
     # (the expected PSN first: a UC resync may have moved it, and the model writes the whole context)
     with m.State("Set-Error"):
-        m.d.comb += [cache_req.valid.eq(1), cache_req.payload.op.eq(Op.SET_EPSN),
-                     cache_req.payload.qpn.eq(qpn), cache_req.payload.arg.eq(ctx.epsn)]
-        with m.If(cache_req.ready):
-            m.next = "Set-Error-Epsn"
+        b.cache_request(Op.SET_EPSN, "Set-Error-Epsn", ctx.epsn)
     with m.State("Set-Error-Epsn"):
         m.d.comb += cache_resp.ready.eq(1)
         with m.If(cache_resp.valid):
             m.next = "Set-Error-Req"
     with m.State("Set-Error-Req"):
-        m.d.comb += [cache_req.valid.eq(1), cache_req.payload.op.eq(Op.SET_ERROR),
-                     cache_req.payload.qpn.eq(qpn)]
-        with m.If(cache_req.ready):
-            m.next = "Set-Error-Resp"
+        b.cache_request(Op.SET_ERROR, "Set-Error-Resp")
     with m.State("Set-Error-Resp"):
         m.d.comb += cache_resp.ready.eq(1)
         with m.If(cache_resp.valid):

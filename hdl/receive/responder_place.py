@@ -29,7 +29,7 @@ def place_states(b):
     piece_va, sge_va, sge, sge_end, p_src, p_off = b.piece_va, b.sge_va, b.sge, b.sge_end, b.p_src, b.p_off
     p_zero, emit_i, released, releasing = b.p_zero, b.emit_i, b.released, b.releasing
     host_write, mr_addr = b.host_write, b.mr_addr
-    ctx, cqe, wr_id, do_cqe, cache_req, qpn = b.ctx, b.cqe, b.wr_id, b.do_cqe, b.cache_req, b.qpn
+    ctx, cqe, do_cqe = b.ctx, b.cqe, b.do_cqe
     cache_resp, write_rx, bump, cret, rc, ack = b.cache_resp, b.write_rx, b.bump, b.cret, b.rc, b.ack
     with m.State("Wqe-Got"):
         with m.If(herr):
@@ -179,10 +179,7 @@ def place_states(b):
             m.d.sync += rx.open.eq(Mux(op.send, OpenMessage.SEND, OpenMessage.WRITE))
         m.next = "Epsn-Req"
     with m.State("Epsn-Req"):
-        m.d.comb += [cache_req.valid.eq(1), cache_req.payload.op.eq(Op.SET_EPSN),
-                     cache_req.payload.qpn.eq(qpn), cache_req.payload.arg.eq(ctx.epsn)]
-        with m.If(cache_req.ready):
-            m.next = "Epsn-Resp"
+        b.cache_request(Op.SET_EPSN, "Epsn-Resp", ctx.epsn)
     with m.State("Epsn-Resp"):
         m.d.comb += cache_resp.ready.eq(1)
         with m.If(cache_resp.valid):
