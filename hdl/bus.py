@@ -9,12 +9,12 @@ Byte order: lane ``i`` of a data word (bits ``8*i+7 .. 8*i``) carries the ``i``-
 (the AXI4-Stream convention). ``keep``/``tkeep``/``wstrb`` bit ``i`` qualifies lane ``i``.
 """
 
-from amaranth import Module, Signal
+from amaranth import Array, Cat, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 __all__ = ["AXI4Signature", "AXI4LiteSignature", "AXIStreamSignature",
-           "packet_layout", "PacketStream", "stream_to_axis", "axis_to_stream", "skid_stage"]
+           "packet_layout", "PacketStream", "stream_to_axis", "axis_to_stream", "skid_stage", "skid_arbiter"]
 
 
 def _check_width(name, value, allowed):
@@ -161,3 +161,43 @@ def skid_stage(m: Module, valid, ready, payload, out_ready, name):
     with m.If(~skid):
         m.d.sync += skid_data.eq(payload)
     return full, out
+
+
+def skid_arbiter(m: Module, inputs, out_ready, name):
+    """:func:`skid_stage` for several sources: ``inputs`` is a list of ``(valid, ready, payload)`` (one
+    payload shape), and the result ``(out_valid, out_payload, out_index)`` the source each output came
+    from. Each source has its own skid entry, so its ``ready`` is a flip-flop; the output register
+    takes a held entry or a source's payload, round robin from the one after the last taken (a source
+    waits at most ``len(inputs) - 1`` transfers while the output moves)."""
+    n = len(inputs)
+    shape = inputs[0][2].shape()
+    full = Signal(name=f"{name}_full")
+    out = Signal(shape, name=f"{name}_data", reset_less=True)
+    out_index = Signal(range(n), name=f"{name}_index")
+    last = Signal(range(n), name=f"{name}_last")
+    held = [Signal(name=f"{name}_held{i}") for i in range(n)]
+    held_data = [Signal(shape, name=f"{name}_held{i}_data", reset_less=True) for i in range(n)]
+    cand = Cat(*(h | v for h, (v, _, _) in zip(held, inputs)))
+    sel = Signal(range(n), name=f"{name}_sel")
+    with m.Switch(last):
+        for j in range(n):
+            with m.Case(j):
+                for k in reversed(range(1, n + 1)):
+                    with m.If(cand[(j + k) % n]):
+                        m.d.comb += sel.eq((j + k) % n)
+    load = ~full | out_ready
+    for i, (h, hd, (valid, ready, payload)) in enumerate(zip(held, held_data, inputs)):
+        m.d.comb += ready.eq(~h)
+        taken = load & (sel == i) & cand.any()
+        with m.If(taken):
+            m.d.sync += h.eq(0)
+        with m.Elif(valid & ~h):
+            m.d.sync += h.eq(1)
+        with m.If(~h):
+            m.d.sync += hd.eq(payload)
+    with m.If(load):
+        m.d.sync += [full.eq(cand.any()), out_index.eq(sel),
+                     out.eq(Array(Mux(h, hd, p) for h, hd, (_, _, p) in zip(held, held_data, inputs))[sel])]
+        with m.If(cand.any()):
+            m.d.sync += last.eq(sel)
+    return full, out, out_index

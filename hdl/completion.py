@@ -8,7 +8,7 @@ error the model (:meth:`rnic.model.engine.EngineModel._complete`) reports is rep
 same order, one per clock on ``err``.
 """
 
-from amaranth import Const, Module, Mux, Signal
+from amaranth import Array, Cat, Const, Module, Mux, Signal
 from amaranth.hdl import Assert
 from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.wiring import In, Out
@@ -18,7 +18,7 @@ from ..model.wqe import CQE_FLAG_SQ, CQE_FIELDS, CQC_FIELDS, CqeStatus, CqState
 from .bus import AXI4Signature
 from .prim import by_state
 
-__all__ = ["CqOp", "cq_cmd_layout", "err_layout", "CqeWriter"]
+__all__ = ["CqOp", "cq_cmd_layout", "err_layout", "CqeWriter", "CqClientSignature", "CqShare", "connect_writer"]
 
 MAX_LOG_RING = 15
 
@@ -38,6 +38,15 @@ cq_cmd_layout = data.StructLayout({
 
 #: One error report (ErrBit, the QPN or CQN it concerns, the CQE status involved or 0).
 err_layout = data.StructLayout({"valid": 1, "bit": 4, "qpn": 24, "status": 8})
+
+#: What a client of the completion writer sees (drive it as ``Out``): its commands and their ``done``,
+#: and the writer's reports and counter strobes, which belong to the client whose command runs.
+CqClientSignature = wiring.Signature({
+    "cmd": Out(stream.Signature(cq_cmd_layout)),
+    "done": In(stream.Signature(data.StructLayout({"qp_error": 1}))),
+    "err": In(err_layout),
+    "inc_cqe_count": In(1), "inc_cqe_drops": In(1), "inc_bus_errors": In(1),
+})
 
 cqe_layout = data.StructLayout({name: width for name, _, width in CQE_FIELDS})
 _CQE_OFFSETS = {name: off for name, off, _ in CQE_FIELDS}
@@ -296,3 +305,69 @@ class CqeWriter(wiring.Component):
             self.err.status.eq(by_state(fsm, {st: int(v) for st, (_, v) in report_fields.items()})),
         ]
         return m
+
+
+class CqShare(wiring.Component):
+    """One :class:`CqeWriter` for ``n`` clients (the engine's send completions, the responder's receive
+    completions), so every CQ context has one writer.
+
+    A client's command is taken when the writer is idle; the writer then belongs to it until its ``done``
+    transfers, and the writer's ``err`` and counter strobes go to it alone. When several wait, the one
+    after the last served goes first (round robin), so none waits more than ``n - 1`` commands.
+
+    Members
+    -------
+    c0 .. c{n-1} : In(CqClientSignature)
+        The clients.
+    w : Out(CqClientSignature)
+        To the writer (``cmd``, ``done``, ``err``, ``inc_*`` of :class:`CqeWriter`).
+    """
+
+    def __init__(self, n: int = 2):
+        self.n = n
+        super().__init__({**{f"c{i}": In(CqClientSignature) for i in range(n)}, "w": Out(CqClientSignature)})
+
+    def elaborate(self, platform):
+        m = Module()
+        n, w = self.n, self.w
+        clients = [getattr(self, f"c{i}") for i in range(n)]
+        busy = Signal()
+        owner = Signal(range(n))
+        last = Signal(range(n))
+        # the first waiting client after ``last``
+        sel = Signal(range(n))
+        valid = Cat(*(c.cmd.valid for c in clients))
+        with m.Switch(last):
+            for j in range(n):
+                with m.Case(j):
+                    for k in reversed(range(1, n + 1)):
+                        with m.If(valid[(j + k) % n]):
+                            m.d.comb += sel.eq((j + k) % n)
+        any_valid = valid.any()
+        m.d.comb += [w.cmd.valid.eq(~busy & any_valid),
+                     w.cmd.payload.eq(Array(c.cmd.payload for c in clients)[sel])]
+        for i, c in enumerate(clients):
+            mine = busy & (owner == i)
+            m.d.comb += [c.cmd.ready.eq(~busy & (sel == i) & w.cmd.ready),
+                         c.done.valid.eq(mine & w.done.valid), c.done.payload.eq(w.done.payload),
+                         c.err.eq(Mux(mine, w.err, 0)),
+                         c.inc_cqe_count.eq(mine & w.inc_cqe_count), c.inc_cqe_drops.eq(mine & w.inc_cqe_drops),
+                         c.inc_bus_errors.eq(mine & w.inc_bus_errors)]
+        m.d.comb += w.done.ready.eq(Array(c.done.ready for c in clients)[owner] & busy)
+        with m.If(w.cmd.valid & w.cmd.ready):
+            m.d.sync += [busy.eq(1), owner.eq(sel), last.eq(sel)]
+        with m.If(w.done.valid & w.done.ready):
+            m.d.sync += busy.eq(0)
+        m.d.sync += Assert(~(w.err.valid | w.inc_cqe_count | w.inc_cqe_drops | w.inc_bus_errors) | busy,
+                           "cq share: a writer report with no command running\n")
+        return m
+
+
+def connect_writer(m: Module, client, cqw: CqeWriter):
+    """Wire a :data:`CqClientSignature` interface (a client's, or :class:`CqShare`'s ``w``) to ``cqw``."""
+    m.d.comb += [cqw.cmd.valid.eq(client.cmd.valid), cqw.cmd.payload.eq(client.cmd.payload),
+                 client.cmd.ready.eq(cqw.cmd.ready),
+                 client.done.valid.eq(cqw.done.valid), client.done.payload.eq(cqw.done.payload),
+                 cqw.done.ready.eq(client.done.ready), client.err.eq(cqw.err),
+                 client.inc_cqe_count.eq(cqw.inc_cqe_count), client.inc_cqe_drops.eq(cqw.inc_cqe_drops),
+                 client.inc_bus_errors.eq(cqw.inc_bus_errors)]

@@ -64,8 +64,8 @@ from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from ..model.regs import (COUNTER_NAMES, QPC_COUNTERS, REG, REGISTERS, SGID_BASE, SGID_ENTRIES, SGID_STRIDE, Access,
-                             ErrBit, IntBit)
+from ..model.regs import (COUNTER_NAMES, QPC_COUNTERS, REG, REGISTERS, RX_COUNTERS, SGID_BASE, SGID_ENTRIES,
+                          SGID_STRIDE, Access, ErrBit, IntBit)
 from .bus import AXI4LiteSignature
 from .qp_cache import CtrlOp, counters_layout
 
@@ -82,18 +82,22 @@ cq_doorbell_layout = data.StructLayout({"cqn": 24, "ci": 16})
 #: Payload of ``qpc_cmd``: a QP context cache control operation (INVALIDATE or FLUSH) and its QPN.
 qpc_cmd_layout = data.StructLayout({"op": CtrlOp, "qpn": 24})
 _QPC_CMD_OPS = (CtrlOp.INVALIDATE, CtrlOp.FLUSH)       # QPC_CMD values that start a command
-#: Per-clock counter increments from the engine (the counters not listed are counted inside).
+#: Per-clock counter increments from the engine and the receive path together (the counters not
+#: listed are counted inside).
 inc_layout = data.StructLayout({
-    "db_errors": 1, "wqe_count": 1, "pkt_count": 1, "byte_count": 13, "cqe_count": 1,
-    "cqe_drops": 1, "wqe_errors": 1, "flush_count": 1, "bus_errors": 2,
+    "db_errors": 1, "wqe_count": 1, "pkt_count": 2, "byte_count": 14, "cqe_count": 1,
+    "cqe_drops": 1, "wqe_errors": 2, "flush_count": 2, "bus_errors": 3,
 })
+#: The receive path's counters as the register block reads them (``RX_COUNTERS`` order).
+rx_counters_layout = data.ArrayLayout(32, len(RX_COUNTERS))
 _INTERNAL_COUNTERS = ("db_count", "irq_count")
 
 # Registers with behaviour beyond plain RW / constant RO storage.
 _SPECIAL = {"CAPS", "CAPS2", "STATUS", "INT_STATUS", "ERR_STATUS", "ERR_QPN", "ERR_INFO", "DB_SQ_PI", "CQ_DB_CI",
             "QPC_CMD", "QPC_CMD_STATUS", *(n.upper() for n in COUNTER_NAMES),
-            *(f"QPC_{n.upper()}" for n, _ in QPC_COUNTERS)}
+            *(f"QPC_{n.upper()}" for n, _ in QPC_COUNTERS), *(n for n, _ in RX_COUNTERS)}
 _QPC_REGS = {f"QPC_{name.upper()}": name for name, _ in QPC_COUNTERS}
+_RX_REGS = {name: i for i, (name, _) in enumerate(RX_COUNTERS)}
 
 # Fail at import, not in silicon, if the model's register map drifts from what this block implements.
 assert _SPECIAL <= set(REG), sorted(_SPECIAL - set(REG))
@@ -210,6 +214,12 @@ class RegisterBlock(wiring.Component):
             "qpc_cmd_result": In(2),
             "inc": In(inc_layout),
             "qpc_counters": In(counters_layout),
+            "rx_counters": In(rx_counters_layout),
+            "mr_base": Out(64), "mr_size": Out(32), "res_base": Out(64),
+            "port_mac": Out(48), "port_ib": Out(1), "port_gids": Out(SGID_ENTRIES),
+            "sgid_all": Out(data.ArrayLayout(128, SGID_ENTRIES)),
+            "rx_sgid_index": In(range(SGID_ENTRIES)),
+            "rx_sgid_gid": Out(128), "rx_sgid_mac": Out(48), "rx_sgid_vlan_id": Out(12), "rx_sgid_vlan_present": Out(1),
             "err_valid": In(1),
             "err_bit": In(4),
             "err_qpn": In(24),
@@ -253,6 +263,9 @@ class RegisterBlock(wiring.Component):
                 continue                                  # combinational, below
             if reg.name in _QPC_REGS:
                 value[reg.name] = getattr(self.qpc_counters, _QPC_REGS[reg.name])
+                continue
+            if reg.name in _RX_REGS:
+                value[reg.name] = self.rx_counters[_RX_REGS[reg.name]]
                 continue
             store[reg.name] = Signal(reg.width, init=reg.reset, name=f"r_{reg.name.lower()}")
             value[reg.name] = store[reg.name]
@@ -515,7 +528,7 @@ class RegisterBlock(wiring.Component):
             with m.If(clr == SGID_ENTRIES - 1):
                 m.d.sync += sgid_clearing.eq(0)
         ar = bus.arvalid & ~r_valid
-        eng_rd, bus_rd = {}, {}             # each field's read data: the engine's port, the bus's
+        eng_rd, bus_rd, rx_rd = {}, {}, {}  # each field's read data: the engine's port, the bus's, the receive path's
         for k, field in enumerate(_SGID_FIELDS):
             width = REG[f"SGID0_{field}"].width
             mem = Memory(shape=width, depth=SGID_ENTRIES, init=[])
@@ -535,7 +548,20 @@ class RegisterBlock(wiring.Component):
             with m.Else():
                 m.d.sync += eng_q.eq(rp.data)
             eng_rd[field], bus_rd[field] = eng_q, bus_q
-        ns.ar, ns.bus_rd, ns.eng_rd, ns.r_valid = ar, bus_rd, eng_rd, r_valid
+            # the receive path's port: combinational (LUT RAM, one more copy)
+            rx_port = mem.read_port(domain="comb")
+            m.d.comb += rx_port.addr.eq(self.rx_sgid_index)
+            rx_rd[field] = rx_port.data
+            # the GIDs as flip-flops too, for the front end's DGID compare against every entry
+            if field.startswith("GID"):
+                w = int(field[3:])
+                for e in range(SGID_ENTRIES):
+                    word = self.sgid_all[e][32 * w:32 * w + 32]
+                    with m.If(sgid_clearing & (clr == e)):
+                        m.d.sync += word.eq(0)
+                    with m.Elif(go & sgid_field[k] & (sgid_entry == e)):
+                        m.d.sync += word.eq((word & ~w_mask) | (w_bits & w_mask))
+        ns.ar, ns.bus_rd, ns.eng_rd, ns.r_valid, ns.rx_rd = ar, bus_rd, eng_rd, r_valid, rx_rd
 
     def _read_channel(self, m, ns):
         """Read channel: one registered word per 8-word bank, and the SGID field; ``rdata`` their OR."""
@@ -588,6 +614,19 @@ class RegisterBlock(wiring.Component):
             self.max_burst.eq(store["AXI_MAX_BURST"]),
             self.bw_cap.eq(store["AXI_BW_CAP"]),
             self.port_lid.eq(store["PORT_LID"]),
+            self.mr_base.eq(Cat(store["MR_BASE_LO"], store["MR_BASE_HI"])),
+            self.mr_size.eq(store["MR_SIZE"]),
+            self.res_base.eq(Cat(store["RES_BASE_LO"], store["RES_BASE_HI"])),
+            self.port_mac.eq(Cat(store["PORT_MAC_LO"], store["PORT_MAC_HI"])),
+            self.port_ib.eq(store["PORT_MODE"][0]),
+            self.port_gids.eq(store["PORT_GIDS"]),
+        ]
+        rx = ns.rx_rd
+        m.d.comb += [
+            self.rx_sgid_gid.eq(Cat(rx["GID0"], rx["GID1"], rx["GID2"], rx["GID3"])),
+            self.rx_sgid_mac.eq(Cat(rx["MAC_LO"], rx["MAC_HI"])),
+            self.rx_sgid_vlan_id.eq(rx["VLAN"][:12]),
+            self.rx_sgid_vlan_present.eq(rx["VLAN"][31]),
         ]
 
         # --- SGID table port: the engine's read registers ------------------------------------------------

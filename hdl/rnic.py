@@ -1,20 +1,25 @@
-"""The whole RNIC transmit engine: registers, descriptor engine, QP context cache, payload DMA,
-packet builder, on one AXI4 master, one AXI4-Lite slave and one AXI4-Stream frame output.
+"""The whole RNIC: registers, descriptor engine, QP context cache, payload DMA, packet builder and
+the receive path with its responder, on one AXI4 master, one AXI4-Lite slave, one AXI4-Stream frame
+output and one frame input.
 
 ``docs/README.md`` draws the data path. The host AXI bus and the frame stream are ``width`` bits
 wide; the QP cache and the completion writer move 8-byte beats on it as AXI narrow transfers
 (:class:`rnic.hdl.narrow.NarrowPort`), the payload reader and the WQE fetch full-width beats.
 """
 
-from amaranth import Cat, Module, Signal
+import dataclasses
+
+from amaranth import Cat, Module, Mux, Signal
 from amaranth.hdl import Assert
 from amaranth.lib import data, wiring
+from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
 from ..model.descriptor import DESC_FIELDS
 from ..model.config import RnicConfig
 from ..model.regs import SGID_ENTRIES, caps, caps2
-from .bus import AXI4LiteSignature, AXI4Signature, AXIStreamSignature, skid_stage, stream_to_axis
+from .bus import AXI4LiteSignature, AXI4Signature, AXIStreamSignature, skid_arbiter, stream_to_axis
+from .completion import CqeWriter, CqShare, connect_writer, err_layout
 from .dma import AxiInterconnect, PayloadReader
 from .engine import DescriptorEngine, FrameGate
 from .fifo import BlockFIFO
@@ -22,16 +27,19 @@ from .narrow import NarrowPort
 from .packet_builder import EARLY_BITS, LATE_FIELDS, PacketBuilder
 from .qp_cache import CtrlOp, QpCache
 from .receive.front_end import RxFrontEnd
+from .receive.path import ReceivePath
 from .receive.responder import Responder
+from .receive.tx_merge import TxMerge
 from .regs import RegisterBlock
 
 __all__ = ["Rnic"]
 
-_MASTERS = ("qp_cache", "payload", "wqe", "completion")   # AXI ID bits [5:4] = index
+_MASTERS = ("qp_cache", "payload", "wqe", "completion", "rx_write", "rx_host")   # AXI ID bits [6:4] = index
+_BULK = ("payload", "rx_write")     # bursts; the others' accesses are short and go first
 
 
 class Rnic(wiring.Component):
-    """The transmit engine.
+    """The RNIC: the transmit engine and the receive path.
 
     Parameters
     ----------
@@ -45,13 +53,16 @@ class Rnic(wiring.Component):
     -------
     s_axil : In(AXI4LiteSignature(16, 32))
         Registers and doorbells (``docs/engine.md``, "Register map").
-    m_axi : Out(AXI4Signature(64, width, 6))
-        Host memory. ID bits [5:4] name the internal master (QP cache, payload, WQE, completion).
+    m_axi : Out(AXI4Signature(64, width, 7))
+        Host memory. ID bits [6:4] name the internal master (QP cache, payload, WQE, completion,
+        receive payload writes, responder accesses).
     m_axis : Out(AXIStreamSignature(width, user_width=1))
         Frames, first byte in lane 0, ``tuser`` = 1 on the last beat of an aborted frame (a MAC
         drops it). No FCS, no padding to 60 bytes. A frame starts only when its payload is on chip,
         so while ``tready`` stays high its beats come on consecutive clocks (a MAC may not take a
-        gap inside a frame).
+        gap inside a frame). Response packets (ACK / NAK, READ responses, atomic ACKs) leave here too.
+    s_axis : In(AXIStreamSignature(width, user_width=1))
+        Frames in, first byte in lane 0, ``tuser`` = 1 on the last beat: the MAC saw a bad FCS.
     irq : Out(1)
         Level interrupt: ``INT_STATUS & INT_ENABLE`` non-zero.
     """
@@ -63,21 +74,25 @@ class Rnic(wiring.Component):
         width = config.width
         super().__init__({
             "s_axil": In(AXI4LiteSignature(addr_width=16, data_width=32)),
-            "m_axi": Out(AXI4Signature(addr_width=64, data_width=width, id_width=6)),
+            "m_axi": Out(AXI4Signature(addr_width=64, data_width=width, id_width=7)),
             "m_axis": Out(AXIStreamSignature(width, user_width=1)),
+            "s_axis": In(AXIStreamSignature(width, user_width=1)),
             "irq": Out(1),
         })
 
     def block_factories(self):
         """Constructors of the blocks as this engine builds them, by submodule name: ``regs``,
-        ``cache``, ``engine``, ``reader``, ``builder``, ``gate``, ``axi``, and the receive path's ``rx`` (front
-        end) and ``responder`` (``rnic.fpga synth --block`` synthesizes one alone)."""
+        ``cache``, ``engine``, ``reader``, ``builder``, ``gate``, ``axi``, ``path`` (the receive path), and
+        the receive path's ``rx`` (front end) and ``responder`` (``rnic.fpga synth --block`` synthesizes
+        one alone)."""
         c = self.config
         W = c.width
+        # the engine's and the responder's requests share the cache: one tag bit more names the requester
+        shared = dataclasses.replace(c.cache_qpc, tag_width=c.qpc.tag_width + 1)
         return {
             "regs": lambda: RegisterBlock(caps=caps(c.max_qps), caps2=caps2(W, c.mtu)),
             # the engine requests only QPNs its scheduler holds: the tags need log2(max_qps) bits
-            "cache": lambda: QpCache(c.cache_qpc),
+            "cache": lambda: QpCache(shared),
             "engine": lambda: DescriptorEngine(c.qpc, max_qps=c.max_qps, window=c.window, max_mtu=c.mtu,
                                                wqe_prefetch=c.wqe_prefetch, deep_below=c.deep_below,
                                                wqe_width=W),
@@ -90,8 +105,8 @@ class Rnic(wiring.Component):
             # bounded by its master's own credit, and a WQE read queued behind a 4 KiB burst stalls
             # the next packet for the burst's length
             "axi": lambda: AxiInterconnect(len(_MASTERS), data_width=W,
-                                           urgent=[i for i, n in enumerate(_MASTERS) if n != "payload"]),
-            # the receive path's front end and responder, synthesized alone until they join the engine
+                                           urgent=[i for i, n in enumerate(_MASTERS) if n not in _BULK]),
+            "path": lambda: ReceivePath(W, c.max_qps, c.cache_qpc, max_mtu=c.mtu),
             "rx": lambda: RxFrontEnd(W, n_gids=SGID_ENTRIES),
             "responder": lambda: Responder(max_qps=c.max_qps, max_mtu=c.mtu, cache=c.cache_qpc),
         }
@@ -108,39 +123,77 @@ class Rnic(wiring.Component):
         m.submodules.builder = pb = new["builder"]()
         m.submodules.gate = gate = new["gate"]()
         m.submodules.axi = ic = new["axi"]()
+        m.submodules.path = path = new["path"]()
+        m.submodules.cqw = cqw = CqeWriter()
+        m.submodules.cq_share = share = CqShare(2)
+        m.submodules.merge = merge = TxMerge()
 
         wiring.connect(m, wiring.flipped(self.s_axil), regs.s_axil)
         wiring.connect(m, ic.m_axi, wiring.flipped(self.m_axi))
-        for i, (name, master) in enumerate(zip(_MASTERS, (cache.m_axi, rd.m_axi, eng.m_axi, eng.m_axi_cq))):
-            if W > 64 and name not in ("payload", "wqe"):
+        wiring.connect(m, wiring.flipped(self.s_axis), path.s_axis)
+        masters = (cache.m_axi, rd.m_axi, eng.m_axi, cqw.m_axi, path.m_axi_write, path.m_axi_host)
+        for i, (name, master) in enumerate(zip(_MASTERS, masters)):
+            if W > 64 and name in ("qp_cache", "completion"):
                 m.submodules[f"{name}_narrow"] = port = NarrowPort(W)
                 wiring.connect(m, master, port.s_axi)
                 master = port.m_axi
             wiring.connect(m, master, getattr(ic, f"s{i}"))
         m.d.comb += ic.bw_cap.eq(regs.bw_cap)
 
-        # registers -> engine
+        # registers -> engine, receive path, completion writer
         m.d.comb += [
             eng.enable.eq(regs.enable), eng.qpc_size.eq(regs.qpc_size), eng.quota.eq(regs.quota),
-            eng.port_lid.eq(regs.port_lid), eng.cq_base.eq(regs.cq_base), eng.cq_size.eq(regs.cq_size),
+            eng.port_lid.eq(regs.port_lid), cqw.cq_base.eq(regs.cq_base), cqw.cq_size.eq(regs.cq_size),
             regs.sgid_index.eq(eng.sgid_index), eng.sgid_gid.eq(regs.sgid_gid), eng.sgid_mac.eq(regs.sgid_mac),
             eng.sgid_vlan_id.eq(regs.sgid_vlan_id), eng.sgid_vlan_present.eq(regs.sgid_vlan_present),
-            regs.inc.eq(eng.inc), regs.err_valid.eq(eng.err.valid), regs.err_bit.eq(eng.err.bit),
-            regs.err_qpn.eq(eng.err.qpn), regs.err_status.eq(eng.err.status), regs.cqe_written.eq(eng.cqe_written),
+            regs.cqe_written.eq(cqw.cqe_written),
             cache.qpc_base.eq(regs.qpc_base), cache.table_size.eq(regs.qpc_size),
             rd.max_burst.eq(regs.max_burst), regs.qpc_counters.eq(cache.counters),
+            path.ib.eq(regs.port_ib), path.mac.eq(regs.port_mac), path.lid.eq(regs.port_lid),
+            path.gids.eq(regs.sgid_all), path.gid_valid.eq(regs.port_gids),
+            path.qpc_base.eq(regs.qpc_base), path.qpc_size.eq(regs.qpc_size), path.mr_base.eq(regs.mr_base),
+            path.mr_size.eq(regs.mr_size), path.res_base.eq(regs.res_base),
+            regs.rx_sgid_index.eq(path.sgid_index), path.sgid_gid.eq(regs.rx_sgid_gid),
+            path.sgid_mac.eq(regs.rx_sgid_mac), path.sgid_vlan_id.eq(regs.rx_sgid_vlan_id),
+            path.sgid_vlan_present.eq(regs.rx_sgid_vlan_present),
+            regs.rx_counters.eq(Cat(path.received, path.stateless, path.drops, path.counts)),
         ]
+        for name, _ in regs.inc.shape():
+            m.d.comb += getattr(regs.inc, name).eq(sum(getattr(src, name) for src in (eng.inc, path.inc)
+                                                       if name in src.shape().members))
+        self._errors(m, regs, eng.err, path.err)
         wiring.connect(m, regs.doorbell, eng.doorbell)
         wiring.connect(m, regs.cq_doorbell, eng.cq_doorbell)
-        # the engine's cache requests through a skid buffer: the cache's stage-0 tag compare starts
-        # from flip-flops, and the engine's request logic and the cache's stall stay apart (a clock
-        # more per request)
-        req_valid, req_payload = skid_stage(m, eng.qpc_req.valid, eng.qpc_req.ready, eng.qpc_req.payload,
-                                            cache.req.ready, "qpc_req")
-        m.d.comb += [cache.req.valid.eq(req_valid), cache.req.payload.eq(req_payload)]
-        wiring.connect(m, cache.resp, eng.qpc_resp)
 
-        # packets: descriptors and payload into the builder, frames through the gate
+        # one completion writer for the engine's and the responder's CQEs
+        wiring.connect(m, eng.cq, share.c0)
+        wiring.connect(m, path.cq, share.c1)
+        connect_writer(m, share.w, cqw)
+
+        # the QP cache: the engine's requests and the responder's through a skid arbiter (ready and
+        # the cache's inputs from flip-flops, a clock of latency); the tag's top bit names the requester
+        tw = c.qpc.tag_width
+        req = [(eng.qpc_req.valid, eng.qpc_req.ready, eng.qpc_req.payload),
+               (path.qpc_req.valid, path.qpc_req.ready, path.qpc_req.payload)]
+        req_valid, req_payload, req_from = skid_arbiter(m, req, cache.req.ready, "qpc_req")
+        m.d.comb += [cache.req.valid.eq(req_valid), cache.req.payload.op.eq(req_payload.op),
+                     cache.req.payload.qpn.eq(req_payload.qpn), cache.req.payload.arg.eq(req_payload.arg),
+                     cache.req.payload.tag.eq(Cat(req_payload.tag, req_from))]
+        to_path = cache.resp.payload.tag[tw]
+        for dst, mine in ((eng.qpc_resp, ~to_path), (path.qpc_resp, to_path)):
+            m.d.comb += [dst.valid.eq(cache.resp.valid & mine), dst.payload.status.eq(cache.resp.payload.status),
+                         dst.payload.tag.eq(cache.resp.payload.tag[:tw]), dst.payload.qpn.eq(cache.resp.payload.qpn),
+                         dst.payload.record.eq(cache.resp.payload.record)]
+        m.d.comb += cache.resp.ready.eq(Mux(to_path, path.qpc_resp.ready, eng.qpc_resp.ready))
+
+        # packets: the engine's and the responses, merged a packet at a time
+        wiring.connect(m, eng.desc, merge.req_desc)
+        wiring.connect(m, eng.rd_cmd, merge.req_rd_cmd)
+        wiring.connect(m, eng.group, merge.req_group)
+        wiring.connect(m, path.resp, merge.resp)
+        desc = merge.desc
+
+        # descriptors and payload into the builder, frames through the gate
         # Two queues written together: the builder's s1..s4 read the early part (the late fields'
         # EARLY_BITS only), its s5 the late fields, which thus skip four stage registers. The late
         # queue holds the descriptors in s1..s4 too (4 more), so it has room whenever the early one has.
@@ -150,11 +203,11 @@ class Rnic(wiring.Component):
 
         def late(p):
             return Cat(*(getattr(p, n) for n in LATE_FIELDS))
-        m.submodules.desc_q = dq = BlockFIFO(width=len(early(eng.desc.payload)), depth=c.desc_queue,
+        m.submodules.desc_q = dq = BlockFIFO(width=len(early(desc.payload)), depth=c.desc_queue,
                                              fabric_out=True)
-        m.submodules.late_q = lq = BlockFIFO(width=len(late(eng.desc.payload)), depth=c.desc_queue + 8,
+        m.submodules.late_q = lq = BlockFIFO(width=len(late(desc.payload)), depth=c.desc_queue + 8,
                                              fabric_out=True)
-        m.d.comb += [lq.w_en.eq(eng.desc.valid & dq.w_rdy), lq.w_data.eq(late(eng.desc.payload)),
+        m.d.comb += [lq.w_en.eq(desc.valid & dq.w_rdy), lq.w_data.eq(late(desc.payload)),
                      pb.desc_late.valid.eq(lq.r_rdy), late(pb.desc_late.payload).eq(lq.r_data),
                      lq.r_en.eq(pb.desc_late.ready)]
         m.d.sync += Assert(~lq.w_en | lq.w_rdy, "rnic: late descriptor queue full\n")
@@ -165,20 +218,20 @@ class Rnic(wiring.Component):
         release = Signal()
         m.d.comb += release.eq(dq.r_rdy & (arrived != 0) & pb.desc.ready)
         m.d.sync += arrived.eq(arrived + (rd.status.valid & rd.status.ready) - release)
-        m.d.comb += [dq.w_en.eq(eng.desc.valid), dq.w_data.eq(early(eng.desc.payload)), eng.desc.ready.eq(dq.w_rdy),
+        m.d.comb += [dq.w_en.eq(desc.valid), dq.w_data.eq(early(desc.payload)), desc.ready.eq(dq.w_rdy),
                      pb.desc.valid.eq(dq.r_rdy & (arrived != 0)), early(pb.desc.payload).eq(dq.r_data),
                      dq.r_en.eq(release)]
-        wiring.connect(m, eng.rd_cmd, rd.cmd)
+        wiring.connect(m, merge.rd_cmd, rd.cmd)
         wiring.connect(m, rd.payload, pb.payload)
         wiring.connect(m, rd.status, gate.rd_status)
-        wiring.connect(m, eng.group, gate.group)
+        wiring.connect(m, merge.group, gate.group)
         wiring.connect(m, gate.status, eng.status)
         wiring.connect(m, pb.frame, gate.frame_in)
         stream_to_axis(m, gate.frame_out, self.m_axis)
 
         # frames issued but not yet out: part of "busy"
         pending = Signal(range(1 << 10))
-        issued = eng.desc.valid & eng.desc.ready
+        issued = desc.valid & desc.ready
         left = gate.frame_out.valid & gate.frame_out.ready & gate.frame_out.payload.last
         m.d.sync += pending.eq(pending + issued - left)
 
@@ -194,5 +247,19 @@ class Rnic(wiring.Component):
         with m.If(cache.ack.valid):
             m.d.sync += [busy.eq(0), result.eq(cache.ack.payload.status)]
 
-        m.d.comb += [regs.idle.eq(eng.idle & (pending == 0) & ~busy), self.irq.eq(regs.irq)]
+        m.d.comb += [regs.idle.eq(eng.idle & path.idle & (pending == 0) & ~busy), self.irq.eq(regs.irq)]
         return m
+
+    @staticmethod
+    def _errors(m, regs, eng_err, rx_err):
+        """Error reports into the register block: the engine's as they come, the receive path's through
+        a small queue in the clocks the engine reports nothing (both are rare; an Assert checks the queue)."""
+        m.submodules.rx_errors = q = SyncFIFOBuffered(width=err_layout.size - 1, depth=4)
+        head = data.View(data.StructLayout({k: v for k, v in err_layout.members.items() if k != "valid"}), q.r_data)
+        m.d.comb += [q.w_en.eq(rx_err.valid), q.w_data.eq(Cat(rx_err.bit, rx_err.qpn, rx_err.status)),
+                     q.r_en.eq(~eng_err.valid),
+                     regs.err_valid.eq(eng_err.valid | q.r_rdy),
+                     regs.err_bit.eq(Mux(eng_err.valid, eng_err.bit, head.bit)),
+                     regs.err_qpn.eq(Mux(eng_err.valid, eng_err.qpn, head.qpn)),
+                     regs.err_status.eq(Mux(eng_err.valid, eng_err.status, head.status))]
+        m.d.sync += Assert(~q.w_en | q.w_rdy, "rnic: receive error queue full\n")

@@ -18,7 +18,8 @@ from .config import DATAPATH_WIDTHS, RnicConfig
 from .qpc import COUNTER_NAMES as QPC_COUNTER_NAMES
 
 __all__ = ["Access", "Reg", "caps", "caps2", "DATAPATH_WIDTHS", "REGISTERS", "REG", "ENGINE_ID", "ENGINE_VERSION", "SGID_ENTRIES", "SGID_BASE",
-           "SGID_STRIDE", "COUNTER_NAMES", "QPC_COUNTERS", "QPC_COUNTER_BASE", "ErrBit", "IntBit", "RegisterFile", "markdown_table"]
+           "SGID_STRIDE", "COUNTER_NAMES", "QPC_COUNTERS", "QPC_COUNTER_BASE", "RX_COUNTERS", "RX_COUNTER_BASE",
+           "RX_STATELESS", "RX_DROPS", "RX_COUNTS", "ErrBit", "IntBit", "RegisterFile", "markdown_table"]
 
 ENGINE_ID = 0x524E4943          # "RNIC"
 ENGINE_VERSION = 0x0000_0001    # major << 16 | minor
@@ -80,6 +81,22 @@ _QPC_COUNTER_TEXT = {
 #: at 0x140..: ``(name, description)``.
 QPC_COUNTERS = tuple((name, _QPC_COUNTER_TEXT[name]) for name in QPC_COUNTER_NAMES)
 QPC_COUNTER_BASE = 0x140
+
+#: The receive path's counters, read-only at 0x180..: frames accepted, one per stateless drop reason
+#: (``rnic.model.receive.DropReason``), one per responder drop (``rnic.model.responder.RxDrop``) and
+#: the responder's event counts (``rnic.model.responder.COUNT_NAMES``), in that order; the model's
+#: modules check that these names follow their enums.
+RX_COUNTER_BASE = 0x180
+RX_STATELESS = ("bad_fcs", "truncated", "not_roce", "bad_length", "bad_ip_checksum", "bad_tver", "bad_icrc",
+                "bad_vcrc", "unknown_opcode", "not_ours", "cnp")
+RX_DROPS = ("response", "bad_qpn", "qpc_bus_error", "qp_state", "bad_context", "wrong_service", "pkey", "qkey",
+            "out_of_seq", "dup_unknown", "no_rq_wqe", "invalid")
+RX_COUNTS = ("executed", "duplicates", "acks", "naks", "rnr_naks", "read_responses", "atomics", "recv_cqes",
+             "bus_errors")
+RX_COUNTERS = (("RX_ACCEPTED", "frames the front end handed to the responder (every stateless check passed)"),
+               *((f"RX_{n.upper()}", f"frames dropped by the front end: {n.upper()} (DropReason)") for n in RX_STATELESS),
+               *((f"RESP_DROP_{n.upper()}", f"frames the responder dropped: {n.upper()} (RxDrop)") for n in RX_DROPS),
+               *((f"RESP_{n.upper()}", f"responder events: {n}") for n in RX_COUNTS))
 
 
 @dataclass(frozen=True)
@@ -159,12 +176,23 @@ def _regs():
         Reg("ERR_STATUS", 0x080, 10, w1c, 0, "one bit per error class (ErrBit)"),
         Reg("ERR_QPN", 0x084, 24, ro, 0, "QPN (CQN for CQ_DB_BAD_CQN) of the first error since ERR_STATUS was 0"),
         Reg("ERR_INFO", 0x088, 16, ro, 0, "first error: ErrBit[7:0], CQE status[15:8] (0 if none)"),
+        Reg("MR_BASE_LO", 0x090, 32, rw, 0, "memory region table base [31:0] (32-byte aligned, bits 4:0 ignored)"),
+        Reg("MR_BASE_HI", 0x094, 32, rw, 0, "memory region table base [63:32]"),
+        Reg("MR_SIZE", 0x098, 32, rw, 0, "number of MR records (an MR key's index is key >> 8)"),
+        Reg("RES_BASE_LO", 0x0A0, 32, rw, 0, "responder resource slots base [31:0] (4 slots of 32 bytes per QP)"),
+        Reg("RES_BASE_HI", 0x0A4, 32, rw, 0, "responder resource slots base [63:32]"),
+        Reg("PORT_MAC_LO", 0x0A8, 32, rw, 0, "the port's MAC address [31:0]: Ethernet frames to another are NOT_OURS"),
+        Reg("PORT_MAC_HI", 0x0AC, 16, rw, 0, "the port's MAC address [47:32]"),
+        Reg("PORT_MODE", 0x0B0, 1, rw, 0, "bit 0 IB: frames in are native InfiniBand (LRH), else Ethernet"),
+        Reg("PORT_GIDS", 0x0B4, 16, rw, 0, "bit i: SGID entry i is one of the port's addresses (DGID / destination IP)"),
     ]
     for i, (name, text) in enumerate(_COUNTERS):
         out.append(Reg(name.upper(), 0x100 + 4 * i, 32, ro, 0, f"counter (wraps): {text}"))
     for i, (name, text) in enumerate(QPC_COUNTERS):
         out.append(Reg(f"QPC_{name.upper()}", QPC_COUNTER_BASE + 4 * i, 32, ro, 0,
                        f"QP context cache counter (wraps; not modelled by EngineModel, which reads 0): {text}"))
+    for i, (name, text) in enumerate(RX_COUNTERS):
+        out.append(Reg(name, RX_COUNTER_BASE + 4 * i, 32, ro, 0, f"counter (wraps): {text}"))
     for i in range(SGID_ENTRIES):
         base = SGID_BASE + SGID_STRIDE * i
         for w in range(4):

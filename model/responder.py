@@ -31,7 +31,7 @@ from .opcodes import Opcode, Position, Transport, opcode_info
 from .qpc import RECORD_BYTES, BusError, PathMtu, QpContext, QpState, ServiceType
 from .receive import DropCounters, Dropped, DropReason, PortAddresses, classify
 from .recv_records import RECV_MUTABLE_BYTES, RECV_QPC_BYTES, RECV_QPC_OFFSET, OpenMessage, RecvContext
-from .regs import SGID_ENTRIES, ErrBit
+from .regs import REG, RX_COUNTS, RX_DROPS, RX_STATELESS, SGID_ENTRIES, ErrBit
 from .wqe import CqeStatus
 
 __all__ = ["RNR_TIMER_US", "RxDrop", "Outcome", "Verdict", "Syndrome", "RNR_NAK", "PSN_MASK", "ResponderSettings", "Responder",
@@ -67,6 +67,10 @@ class RxDrop(enum.IntEnum):
     DUP_UNKNOWN = 9     # RC duplicate READ / atomic with no resource slot that matches it
     NO_RQ_WQE = 10      # UC / UD: no receive WQE posted
     INVALID = 11        # UC / UD: a request an RC QP would answer with a NAK (sequence, length, access)
+
+
+assert RX_DROPS == tuple(r.name.lower() for r in RxDrop) and RX_COUNTS == COUNT_NAMES
+assert RX_STATELESS == tuple(r.name.lower() for r in DropReason)
 
 
 class Outcome(enum.Enum):
@@ -118,6 +122,21 @@ class ResponderSettings:
     res_base: int = 0
     port: PortAddresses = PortAddresses()
     link: str = "ethernet"
+
+    def writes(self, sgids) -> list[tuple[int, int]]:
+        """The register writes (offset, value) that configure these settings on the engine: MR_BASE,
+        MR_SIZE, RES_BASE, PORT_MAC, PORT_MODE and PORT_GIDS, the entries of ``sgids`` (the SGID table's
+        GIDs, in entry order) that are the port's GIDs. The port's LID is PORT_LID, the engine's."""
+        gids = list(sgids)
+        missing = set(self.port.gids) - set(gids)
+        if missing:
+            raise ValueError(f"port GIDs {sorted(map(hex, missing))} are not in the SGID table")
+        values = {"MR_BASE_LO": self.mr_base & 0xFFFF_FFFF, "MR_BASE_HI": self.mr_base >> 32, "MR_SIZE": self.mr_size,
+                  "RES_BASE_LO": self.res_base & 0xFFFF_FFFF, "RES_BASE_HI": self.res_base >> 32,
+                  "PORT_MAC_LO": self.port.mac & 0xFFFF_FFFF, "PORT_MAC_HI": self.port.mac >> 32,
+                  "PORT_MODE": int(self.link == "ib"),
+                  "PORT_GIDS": sum(1 << i for i, g in enumerate(gids) if g in self.port.gids)}
+        return [(REG[name].offset, v) for name, v in values.items()]
 
 
 _REMOTE_STATUS = {Syndrome.INVALID_REQUEST: CqeStatus.REM_INV_REQ_ERR, Syndrome.REMOTE_ACCESS: CqeStatus.REM_ACCESS_ERR,
@@ -203,11 +222,24 @@ class Responder:
             if verdict.outcome is Outcome.DROPPED:
                 self.drops[verdict.reason] += 1
         self.verdicts.append(verdict)
+        self.publish()
         return verdict
 
     def rq_doorbell(self, qpn: int, pi: int) -> None:
         """A receive-queue doorbell: ``pi`` is the new producer index of QP ``qpn``'s RQ."""
         self.exec.rq_doorbell(qpn, pi)
+        self.publish()
+
+    def publish(self) -> None:
+        """Copy the counters into the engine's registers (``RX_*``, ``RESP_*``), as the RTL shows them."""
+        regs = self.engine.regs
+        regs["RX_ACCEPTED"] = self.stateless.received
+        for r in DropReason:
+            regs[f"RX_{r.name}"] = self.stateless.dropped[r]
+        for r in RxDrop:
+            regs[f"RESP_DROP_{r.name}"] = self.drops[r]
+        for n in COUNT_NAMES:
+            regs[f"RESP_{n.upper()}"] = self.counts[n]
 
     def flush_rq(self, qpn: int) -> None:
         """Complete every posted receive WQE of ``qpn`` (a QP in ERROR) with WR_FLUSH_ERR."""

@@ -27,7 +27,7 @@ hardware form. One control FSM does the work in the model's order:
   one *drains* beside it: its commits use its own QPN and context fields (``drain_*``), and D-End
   re-queues it after the last. A QP that moves to ERROR ends its turn (the model's rule), so a
   draining turn needs nothing but its commits;
-* completions go through :class:`rnic.hdl.completion.CqeWriter`.
+* completions go through the completion writer it shares with the responder (``cq``).
 
 After reset the engine spends ``max_qps`` clocks clearing the scheduled bits (a memory, which a
 reset does not clear) before it takes a doorbell; doorbells written meanwhile wait in the FIFO.
@@ -103,7 +103,7 @@ from amaranth.utils import exact_log2
 from ...model.qpc import QpcCacheConfig
 from ...model.regs import DATAPATH_WIDTHS
 from ..bus import AXI4Signature
-from ..completion import CqeWriter, err_layout
+from ..completion import CqClientSignature, err_layout
 from ..descriptor import DescriptorLayout
 from ..fifo import BlockFIFO, check_credit
 from ..prim import by_state
@@ -161,8 +161,9 @@ class DescriptorEngine(wiring.Component):
         depends on the FSM's state. An ``Assert`` checks it in simulation.
     m_axi : Out(AXI4Signature)
         WQE reads (one 64-byte burst each, ID 0); read only.
-    m_axi_cq : Out(AXI4Signature)
-        The completion writer's accesses.
+    cq : Out(:data:`rnic.hdl.completion.CqClientSignature`)
+        Commands to the completion writer (shared with the responder through
+        :class:`rnic.hdl.completion.CqShare`), its ``done`` and, while a command of ours runs, its reports.
     desc : Out(stream of DescriptorLayout)
         To the packet builder, one per packet, in wire order.
     sgid_index : Out(4); sgid_gid, sgid_mac, sgid_vlan_id, sgid_vlan_present : In
@@ -173,7 +174,7 @@ class DescriptorEngine(wiring.Component):
         One each per packet, to the payload reader and to :class:`FrameGate`.
     status : In(stream)
         Per packet, in order, from :class:`FrameGate`: the payload read's result.
-    err, inc, cqe_written, idle : Out
+    err, inc, idle : Out
         To the register block; ``err`` and ``inc`` a clock after the event (flip-flops).
     """
 
@@ -195,7 +196,6 @@ class DescriptorEngine(wiring.Component):
         self.deep_below, self.wqe_width = deep_below, wqe_width
         super().__init__({
             "enable": In(1), "qpc_size": In(25), "quota": In(16), "port_lid": In(16),
-            "cq_base": In(64), "cq_size": In(25),
             "sgid_index": Out(4), "sgid_gid": In(128), "sgid_mac": In(48), "sgid_vlan_id": In(12),
             "sgid_vlan_present": In(1),
             "doorbell": In(stream.Signature(doorbell_layout)),
@@ -203,23 +203,19 @@ class DescriptorEngine(wiring.Component):
             "qpc_req": Out(stream.Signature(request_layout(cache_cfg))),
             "qpc_resp": In(stream.Signature(response_layout(cache_cfg))),
             "m_axi": Out(AXI4Signature(addr_width=64, data_width=wqe_width, id_width=4)),
-            "m_axi_cq": Out(AXI4Signature(addr_width=64, data_width=64, id_width=4)),
+            "cq": Out(CqClientSignature),
             "desc": Out(stream.Signature(DescriptorLayout)),
             "rd_cmd": Out(stream.Signature(rd_cmd_layout)),
             "group": Out(stream.Signature(group_layout)),
             "status": In(stream.Signature(status_layout)),
             "err": Out(err_layout),
             "inc": Out(inc_layout),
-            "cqe_written": Out(1),
             "idle": Out(1),
         })
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.cqw = cqw = CqeWriter()
-        wiring.connect(m, wiring.flipped(self.m_axi_cq), cqw.m_axi)
-        m.d.comb += [cqw.cq_base.eq(self.cq_base), cqw.cq_size.eq(self.cq_size),
-                     self.cqe_written.eq(cqw.cqe_written)]
+        cqw = self.cq
         m.submodules.ready = ready = ReadyList(self.max_qps)
         # per-packet bookkeeping between issue and commit
         m.submodules.info = info = BlockFIFO(width=info_layout.size, depth=self.window, fabric_out=True)

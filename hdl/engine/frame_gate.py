@@ -1,7 +1,7 @@
 """The frame gate between the packet builder and the MAC: aborts the frames of failed packets."""
 
 from amaranth import Module, Signal
-from amaranth.lib import stream, wiring
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
@@ -20,6 +20,8 @@ class FrameGate(wiring.Component):
     packet with ``start`` (the engine issues one with ``start`` = 1 whenever it has no packet in
     flight, so only packets issued behind a failing one are poisoned). ``abort`` goes into a FIFO
     that is read at each frame's last beat (``user`` |= abort); a last beat waits for its entry.
+    A response packet (``group.resp``) is aborted by its own error only, neither poisons nor clears,
+    and sends no ``status``.
 
     Parameters
     ----------
@@ -58,18 +60,18 @@ class FrameGate(wiring.Component):
         m = Module()
         m.submodules.aborts = aborts = SyncFIFOBuffered(width=1, depth=self.depth)
         m.submodules.results = results = SyncFIFOBuffered(width=1, depth=self.window)
-        m.submodules.groups = groups = SyncFIFOBuffered(width=1, depth=self.window)
-        m.d.comb += [groups.w_en.eq(self.group.valid), groups.w_data.eq(self.group.payload.start),
+        m.submodules.groups = groups = SyncFIFOBuffered(width=2, depth=self.window)
+        m.d.comb += [groups.w_en.eq(self.group.valid), groups.w_data.eq(self.group.payload.as_value()),
                      self.group.ready.eq(groups.w_rdy)]
         poisoned = Signal()
         take = self.rd_status.valid & groups.r_rdy & aborts.w_rdy & results.w_rdy
         error = self.rd_status.payload.error
-        start = groups.r_data
+        group = data.View(group_layout, groups.r_data)
         m.d.comb += [self.rd_status.ready.eq(take), groups.r_en.eq(take),
-                     aborts.w_en.eq(take), aborts.w_data.eq(error | (poisoned & ~start)),
-                     results.w_en.eq(take), results.w_data.eq(error)]
-        with m.If(take):
-            m.d.sync += poisoned.eq((poisoned & ~start) | error)
+                     aborts.w_en.eq(take), aborts.w_data.eq(error | (poisoned & ~group.start & ~group.resp)),
+                     results.w_en.eq(take & ~group.resp), results.w_data.eq(error)]
+        with m.If(take & ~group.resp):
+            m.d.sync += poisoned.eq((poisoned & ~group.start) | error)
         m.d.comb += [self.status.valid.eq(results.r_rdy), self.status.payload.error.eq(results.r_data),
                      results.r_en.eq(self.status.ready)]
 

@@ -20,7 +20,9 @@ cq_doorbell_layout = data.StructLayout({"cqn": 24, "ci": 16})
 #: One packet's payload for the payload reader: ``len`` bytes from ``addr``, or inline from ``data``.
 rd_cmd_layout = data.StructLayout({"addr": 64, "len": 13, "inline": 1, "data": 256})
 status_layout = data.StructLayout({"error": 1})
-group_layout = data.StructLayout({"start": 1})
+#: ``resp``: a response packet (:class:`rnic.hdl.receive.tx_merge.TxMerge`), outside the engine's
+#: packet order: its frame is aborted only by its own read error and gives the engine no status.
+group_layout = data.StructLayout({"start": 1, "resp": 1})
 
 #: What a packet's commit needs of it, queued from its issue (one entry per packet in flight).
 info_layout = data.StructLayout({"seg": 13, "psns": 24, "last": 1, "wr_id": 64, "opcode": 8,

@@ -1,0 +1,137 @@
+"""The receive path: frames in, the responder's verdicts executed, host memory and responses out."""
+
+from amaranth import Module, Mux
+from amaranth.hdl import Assert
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ...model.qpc import PathMtu, QpcCacheConfig
+from ...model.receive import DropReason
+from ...model.regs import SGID_ENTRIES
+from ...model.responder import COUNT_NAMES, RxDrop
+from ..bus import AXI4Signature, AXIStreamSignature
+from ..completion import CqClientSignature, err_layout
+from ..qp_cache import request_layout, response_layout
+from .front_end import RxFrontEnd
+from .host_access import HostAccess
+from .payload_writer import PayloadWriter
+from .responder import ENGINE_COUNTS, Responder, resp_layout
+
+__all__ = ["ReceivePath", "PATH_COUNTS"]
+
+#: Engine counters (``COUNTERS`` registers) the receive path adds to: the responder's and its CQEs'.
+PATH_COUNTS = ENGINE_COUNTS + ("cqe_count", "cqe_drops")
+
+
+class ReceivePath(wiring.Component):
+    """:class:`RxFrontEnd` and :class:`PayloadWriter` take every frame beat together (``s_axis.tready``
+    when both can); :class:`Responder` answers each verdict through :class:`HostAccess` (contexts'
+    receive half, WQEs, MR records, slots, atomics), the shared QP context cache (``qpc_req`` /
+    ``qpc_resp``) and the shared completion writer (``cq``); response packets leave on ``resp``.
+
+    Parameters
+    ----------
+    width : int
+        ``s_axis`` and host bus data width.
+    max_qps : int
+        QPNs at or above it are BAD_QPN.
+    cache : QpcCacheConfig
+        Of the QP cache port (its tag width).
+    max_mtu : int
+        The largest path MTU code a QP context may hold (a larger one is BAD_CONTEXT).
+
+    Members
+    -------
+    s_axis : In(AXIStreamSignature(width, user_width=1))
+        Frames; ``tuser`` on the last beat: bad FCS.
+    m_axi_write, m_axi_host : Out(AXI4Signature(data_width=width))
+        The payload writer's bursts; the responder's single accesses.
+    ib, mac, lid, gids, gid_valid : In
+        The port (``PORT_MODE``, ``PORT_MAC``, ``PORT_LID``, the SGID table, ``PORT_GIDS``).
+    qpc_base, qpc_size, mr_base, mr_size, res_base : In
+        The tables (registers of the same names).
+    sgid_index : Out(4); sgid_gid, sgid_mac, sgid_vlan_id, sgid_vlan_present : In
+        The SGID entry of the responding QP, combinational from ``sgid_index``.
+    err : Out(err_layout)
+        The responder's and its completions' error reports.
+    inc : Out
+        Counter strobes of :data:`PATH_COUNTS`.
+    received, stateless, drops, counts : Out
+        The receive counters (``RX_*``, ``RESP_*`` registers).
+    idle : Out(1)
+        No verdict waiting and the responder idle.
+    state : Out(8)
+        The responder's FSM state (for stall reports).
+    """
+
+    def __init__(self, width: int, max_qps: int, cache: QpcCacheConfig, max_mtu: int = PathMtu.MTU_4096):
+        self.width, self.max_qps, self.cache, self.max_mtu = width, max_qps, cache, max_mtu
+        super().__init__({
+            "s_axis": In(AXIStreamSignature(width, user_width=1)),
+            "m_axi_write": Out(AXI4Signature(data_width=width)),
+            "m_axi_host": Out(AXI4Signature(data_width=width)),
+            "qpc_req": Out(stream.Signature(request_layout(cache))),
+            "qpc_resp": In(stream.Signature(response_layout(cache))),
+            "cq": Out(CqClientSignature),
+            "resp": Out(stream.Signature(resp_layout)),
+            "ib": In(1), "mac": In(48), "lid": In(16),
+            "gids": In(data.ArrayLayout(128, SGID_ENTRIES)), "gid_valid": In(SGID_ENTRIES),
+            "qpc_base": In(64), "qpc_size": In(25), "mr_base": In(64), "mr_size": In(32), "res_base": In(64),
+            "sgid_index": Out(4), "sgid_gid": In(128), "sgid_mac": In(48), "sgid_vlan_id": In(12),
+            "sgid_vlan_present": In(1),
+            "err": Out(err_layout),
+            "inc": Out(data.StructLayout({n: {"byte_count": 13, "bus_errors": 2}.get(n, 1) for n in PATH_COUNTS})),
+            "received": Out(32), "stateless": Out(data.ArrayLayout(32, len(DropReason))),
+            "drops": Out(data.ArrayLayout(32, len(RxDrop))),
+            "counts": Out(data.StructLayout({n: 32 for n in COUNT_NAMES})),
+            "idle": Out(1), "state": Out(8),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        W = self.width
+        m.submodules.fe = fe = RxFrontEnd(W, n_gids=SGID_ENTRIES)
+        m.submodules.pw = pw = PayloadWriter(W, depth=1 << (2 * 4224 * 8 // W).bit_length())
+        m.submodules.resp = r = Responder(max_qps=self.max_qps, max_mtu=self.max_mtu, cache=self.cache)
+        m.submodules.host = host = HostAccess(W)
+
+        ax = self.s_axis
+        m.d.comb += [
+            fe.s_axis.tdata.eq(ax.tdata), fe.s_axis.tkeep.eq(ax.tkeep), fe.s_axis.tlast.eq(ax.tlast),
+            fe.s_axis.tuser.eq(ax.tuser), fe.s_axis.tvalid.eq(ax.tvalid & pw.frames.ready),
+            pw.frames.payload.data.eq(ax.tdata), pw.frames.payload.keep.eq(ax.tkeep),
+            pw.frames.payload.last.eq(ax.tlast), pw.frames.valid.eq(ax.tvalid & fe.s_axis.tready),
+            ax.tready.eq(fe.s_axis.tready & pw.frames.ready),
+            fe.ib.eq(self.ib), fe.mac.eq(self.mac), fe.lid.eq(self.lid), fe.gids.eq(self.gids),
+            fe.gid_valid.eq(self.gid_valid),
+            self.received.eq(fe.received), self.stateless.eq(fe.dropped),
+        ]
+        wiring.connect(m, fe.m_result, r.result)
+        wiring.connect(m, r.qpc_req, wiring.flipped(self.qpc_req))
+        wiring.connect(m, wiring.flipped(self.qpc_resp), r.qpc_resp)
+        wiring.connect(m, r.host_cmd, host.cmd)
+        wiring.connect(m, host.resp, r.host_resp)
+        wiring.connect(m, r.pieces, pw.pieces)
+        wiring.connect(m, pw.done, r.wdone)
+        wiring.connect(m, r.cq_cmd, wiring.flipped(self.cq.cmd))
+        wiring.connect(m, wiring.flipped(self.cq.done), r.cq_done)
+        wiring.connect(m, r.resp, wiring.flipped(self.resp))
+        wiring.connect(m, pw.m_axi, wiring.flipped(self.m_axi_write))
+        wiring.connect(m, host.m_axi, wiring.flipped(self.m_axi_host))
+        m.d.comb += [
+            r.qpc_base.eq(self.qpc_base), r.qpc_size.eq(self.qpc_size), r.mr_base.eq(self.mr_base),
+            r.mr_size.eq(self.mr_size), r.res_base.eq(self.res_base), r.port_lid.eq(self.lid),
+            self.sgid_index.eq(r.sgid_index), r.sgid_gid.eq(self.sgid_gid), r.sgid_mac.eq(self.sgid_mac),
+            r.sgid_vlan_id.eq(self.sgid_vlan_id), r.sgid_vlan_present.eq(self.sgid_vlan_present),
+            self.drops.eq(r.drops), self.counts.eq(r.counts),
+            self.idle.eq(~r.busy & ~fe.m_result.valid), self.state.eq(r.state),
+        ]
+        # the responder reports nothing while it waits for its completion (the writer's reports then)
+        cq = self.cq
+        m.d.comb += self.err.eq(Mux(cq.err.valid, cq.err, r.err))
+        m.d.sync += Assert(~(cq.err.valid & r.err.valid), "receive path: two error reports in one clock\n")
+        for n in ENGINE_COUNTS:
+            extra = cq.inc_bus_errors if n == "bus_errors" else 0
+            m.d.comb += getattr(self.inc, n).eq(getattr(r.inc, n) + extra)
+        m.d.comb += [self.inc.cqe_count.eq(cq.inc_cqe_count), self.inc.cqe_drops.eq(cq.inc_cqe_drops)]
+        return m
