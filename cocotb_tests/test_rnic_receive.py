@@ -3,7 +3,9 @@ golden model.
 
 Node B of :class:`rnic.sim.responder_pair.Pair` is the DUT, configured only through its registers
 (the engine's settings and the receive path's: MR_BASE, MR_SIZE, RES_BASE, PORT_MAC, PORT_MODE,
-PORT_GIDS, the SGID table), its host memory in an AXI RAM. The frames of
+PORT_GIDS, the SGID table) and posting its receive WQEs through ``DB_RQ_PI`` (with some faults, bad
+doorbells too: a QPN beyond QPC_SIZE, a QP in RESET, a producer index past the ring), its host memory in
+an AXI RAM. The frames of
 :class:`rnic.sim.responder_cases.Case` (node A's requests, one kind of fault per case) go into ``s_axis``;
 the responses leave on ``m_axis`` through the engine's packet builder, READ response payloads through its
 payload reader, receive CQEs through the completion writer it shares with the transmit side, contexts
@@ -37,7 +39,8 @@ from rnic.sim.toolchain import seed_from_env
 STALL = int(os.environ.get("RNIC_STALL", 20_000))     # clocks without progress that count as a hang
 ROUNDS = int(os.environ.get("RNIC_ROUNDS", "1"))
 #: Engine counters the receive path adds to (the others stay at reset here: B transmits no request).
-ENGINE_COUNTERS = ("PKT_COUNT", "BYTE_COUNT", "CQE_COUNT", "CQE_DROPS", "WQE_ERRORS", "FLUSH_COUNT", "BUS_ERRORS")
+ENGINE_COUNTERS = ("PKT_COUNT", "BYTE_COUNT", "CQE_COUNT", "CQE_DROPS", "WQE_ERRORS", "FLUSH_COUNT", "BUS_ERRORS",
+                   "DB_ERRORS")
 ERR_REGS = ("ERR_STATUS", "ERR_QPN", "ERR_INFO")
 
 
@@ -71,6 +74,10 @@ class TB:
     async def run(self, case: Case):
         dut, b = self.dut, case.pair.b
         before = {n: b.engine.regs[n] for n in ENGINE_COUNTERS + tuple(n for n, _ in RX_COUNTERS)}
+        for qpn, pi in self.doorbells(case):
+            b.resp.rq_doorbell(qpn, pi)
+            await self.axil.write_dword(REG["DB_QPN"].offset, qpn)
+            await self.axil.write_dword(REG["DB_RQ_PI"].offset, pi)
         for frame, fcs_bad in case.frames:
             b.resp.receive(frame, fcs_bad=fcs_bad)
         for frame, fcs_bad in case.frames:
@@ -96,6 +103,19 @@ class TB:
         while await self.reg("QPC_CMD_STATUS") & 1:
             await ClockCycles(dut.clk, 20)
         self.check(case, want, before, await self.registers())
+
+    def doorbells(self, case: Case):
+        """B's receive-queue doorbells, and with some faults bad ones: a QPN beyond QPC_SIZE, a QP in RESET
+        (refused: an error CQE), B's QP run past its ring (refused: B's QP to ERROR, its RQ flushed)."""
+        out = list(case.pair.deferred)
+        rng = self.rng
+        if case.fault in ("rnr", "cq"):
+            out.insert(rng.randrange(len(out) + 1), (40, 1))
+            out.insert(rng.randrange(len(out) + 1), (5, rng.randrange(1 << 16)))
+        if case.fault == "buffers" and out and rng.random() < 0.5:
+            k = rng.randrange(len(out))
+            out.insert(k + 1, (out[k][0], (out[k][1] + 40) & 0xFFFF))
+        return out
 
     async def registers(self):
         names = ENGINE_COUNTERS + ERR_REGS + tuple(n for n, _ in RX_COUNTERS)
@@ -140,7 +160,7 @@ async def test_receive(dut):
         for mode, service in CASES:
             fault = FAULTS[(k + seed) % len(FAULTS)]
             k += 1
-            case = Case(tb.rng, mode, service, fault)
+            case = Case(tb.rng, mode, service, fault, defer_doorbells=True)
             await tb.start(case)
             await tb.run(case)
 

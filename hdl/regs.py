@@ -85,7 +85,7 @@ _QPC_CMD_OPS = (CtrlOp.INVALIDATE, CtrlOp.FLUSH)       # QPC_CMD values that sta
 #: Per-clock counter increments from the engine and the receive path together (the counters not
 #: listed are counted inside).
 inc_layout = data.StructLayout({
-    "db_errors": 1, "wqe_count": 1, "pkt_count": 2, "byte_count": 14, "cqe_count": 1,
+    "db_errors": 2, "wqe_count": 1, "pkt_count": 2, "byte_count": 14, "cqe_count": 1,
     "cqe_drops": 1, "wqe_errors": 2, "flush_count": 2, "bus_errors": 3,
 })
 #: The receive path's counters as the register block reads them (``RX_COUNTERS`` order).
@@ -93,7 +93,7 @@ rx_counters_layout = data.ArrayLayout(32, len(RX_COUNTERS))
 _INTERNAL_COUNTERS = ("db_count", "irq_count")
 
 # Registers with behaviour beyond plain RW / constant RO storage.
-_SPECIAL = {"CAPS", "CAPS2", "STATUS", "INT_STATUS", "ERR_STATUS", "ERR_QPN", "ERR_INFO", "DB_SQ_PI", "CQ_DB_CI",
+_SPECIAL = {"CAPS", "CAPS2", "STATUS", "INT_STATUS", "ERR_STATUS", "ERR_QPN", "ERR_INFO", "DB_SQ_PI", "CQ_DB_CI", "DB_RQ_PI",
             "QPC_CMD", "QPC_CMD_STATUS", *(n.upper() for n in COUNTER_NAMES),
             *(f"QPC_{n.upper()}" for n, _ in QPC_COUNTERS), *(n for n, _ in RX_COUNTERS)}
 _QPC_REGS = {f"QPC_{name.upper()}": name for name, _ in QPC_COUNTERS}
@@ -160,6 +160,8 @@ class RegisterBlock(wiring.Component):
         doorbell is never lost. DB_COUNT counts doorbells taken into the FIFO.
     cq_doorbell : ``Out(stream.Signature(cq_doorbell_layout))``
         Same for CQ_DB_CI writes: ``(CQ_DB_CQN, written value)``.
+    rq_doorbell : ``Out(stream.Signature(doorbell_layout))``
+        Same for DB_RQ_PI writes: ``(DB_QPN, written value)``, to the responder.
     qpc_cmd : ``Out(stream.Signature(qpc_cmd_layout))``
         One transfer per QPC_CMD write of 1 (INVALIDATE) or 2 (FLUSH): ``(op, QPC_CMD_QPN)``, from a
         one-entry register loaded when the write takes effect. Such a write waits while BUSY.
@@ -209,6 +211,7 @@ class RegisterBlock(wiring.Component):
             "sgid_vlan_present": Out(1),
             "doorbell": Out(stream.Signature(doorbell_layout)),
             "cq_doorbell": Out(stream.Signature(cq_doorbell_layout)),
+            "rq_doorbell": Out(stream.Signature(doorbell_layout)),
             "qpc_cmd": Out(stream.Signature(qpc_cmd_layout)),
             "qpc_cmd_busy": In(1),
             "qpc_cmd_result": In(2),
@@ -336,6 +339,7 @@ class RegisterBlock(wiring.Component):
         w_hs, w_mask, w_op = ns.w_hs, ns.w_mask, ns.w_op
         # The write actions that may wait, decided as the AW and W halves arrive.
         db_act = Signal()
+        rq_act = Signal()
         cq_act = Signal()
         cmd_act = Signal()
         w_any_next = Mux(w_hs, bus.wstrb.any(), w_any)
@@ -343,6 +347,7 @@ class RegisterBlock(wiring.Component):
         m.d.sync += [
             db_act.eq(Mux(aw_hs, aw_word == REG["DB_SQ_PI"].offset >> 2, sel["DB_SQ_PI"]) & w_any_next),
             cq_act.eq(Mux(aw_hs, aw_word == REG["CQ_DB_CI"].offset >> 2, sel["CQ_DB_CI"]) & w_any_next),
+            rq_act.eq(Mux(aw_hs, aw_word == REG["DB_RQ_PI"].offset >> 2, sel["DB_RQ_PI"]) & w_any_next),
             cmd_act.eq(Mux(aw_hs, aw_word == REG["QPC_CMD"].offset >> 2, sel["QPC_CMD"]) & w_op_next),
             Assert(db_act == (sel["DB_SQ_PI"] & w_any), "regs: db_act\n"),
             Assert(cq_act == (sel["CQ_DB_CI"] & w_any), "regs: cq_act\n"),
@@ -351,10 +356,11 @@ class RegisterBlock(wiring.Component):
 
         db_fifo = m.submodules.db_fifo = SyncFIFOBuffered(width=doorbell_layout.size, depth=DOORBELL_FIFO_DEPTH)
         cq_fifo = m.submodules.cq_fifo = SyncFIFOBuffered(width=cq_doorbell_layout.size, depth=DOORBELL_FIFO_DEPTH)
+        rq_fifo = m.submodules.rq_fifo = SyncFIFOBuffered(width=doorbell_layout.size, depth=DOORBELL_FIFO_DEPTH)
         cmd_valid = Signal()
         cmd_busy = Signal()
         sgid_clearing = Signal(init=1)          # the table is being zeroed after reset
-        stall = ((db_act & ~db_fifo.w_rdy) | (cq_act & ~cq_fifo.w_rdy) | (cmd_act & cmd_busy)
+        stall = ((db_act & ~db_fifo.w_rdy) | (cq_act & ~cq_fifo.w_rdy) | (rq_act & ~rq_fifo.w_rdy) | (cmd_act & cmd_busy)
                  | (aw_sgid & sgid_clearing))
         # both: AW and W are held (a flip-flop); go: and the previous B is taken or being taken.
         both = Signal()
@@ -381,6 +387,7 @@ class RegisterBlock(wiring.Component):
                         m.d.sync += r[lo:lo + 8].eq(w_bits[lo:min(lo + 8, reg.width)])
         ns.cmd_act, ns.cmd_busy, ns.cmd_valid, ns.cq_act, ns.cq_fifo = cmd_act, cmd_busy, cmd_valid, cq_act, cq_fifo
         ns.db_act, ns.db_fifo, ns.go, ns.sgid_clearing, ns.wr = db_act, db_fifo, go, sgid_clearing, wr
+        ns.rq_act, ns.rq_fifo = rq_act, rq_fifo
 
     def _doorbells(self, m, ns):
         """Doorbell FIFOs and the one-entry QP context cache command register."""
@@ -391,8 +398,10 @@ class RegisterBlock(wiring.Component):
             db_fifo.w_data.eq(Cat(store["DB_QPN"], w_bits[:16])),
             cq_fifo.w_en.eq(go & cq_act),
             cq_fifo.w_data.eq(Cat(store["CQ_DB_CQN"], w_bits[:16])),
+            ns.rq_fifo.w_en.eq(go & ns.rq_act),
+            ns.rq_fifo.w_data.eq(Cat(store["DB_QPN"], w_bits[:16])),
         ]
-        for port, fifo in ((self.doorbell, db_fifo), (self.cq_doorbell, cq_fifo)):
+        for port, fifo in ((self.doorbell, db_fifo), (self.cq_doorbell, cq_fifo), (self.rq_doorbell, ns.rq_fifo)):
             m.d.comb += [port.valid.eq(fifo.r_rdy), port.payload.eq(fifo.r_data), fifo.r_en.eq(port.ready)]
         db_push = go & db_act & db_fifo.w_rdy
 
@@ -501,7 +510,7 @@ class RegisterBlock(wiring.Component):
         m.d.comb += [set_bits[IntBit.CQ].eq(cq_event), set_bits[IntBit.ERR].eq(err_new)]
         m.d.sync += int_status.eq(ints | set_bits)
         m.d.comb += self.irq.eq((int_status & store["INT_ENABLE"]).any())
-        quiet = (db_fifo.level == 0) & (cq_fifo.level == 0) & ~cmd_valid
+        quiet = (db_fifo.level == 0) & (cq_fifo.level == 0) & (ns.rq_fifo.level == 0) & ~cmd_valid
         value["STATUS"] = Cat(idle & self.idle & quiet, self.irq)
 
         # --- counters -----------------------------------------------------------------------------------

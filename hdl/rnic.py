@@ -164,6 +164,7 @@ class Rnic(wiring.Component):
         self._errors(m, regs, eng.err, path.err)
         wiring.connect(m, regs.doorbell, eng.doorbell)
         wiring.connect(m, regs.cq_doorbell, eng.cq_doorbell)
+        wiring.connect(m, regs.rq_doorbell, path.rq_doorbell)
 
         # one completion writer for the engine's and the responder's CQEs
         wiring.connect(m, eng.cq, share.c0)

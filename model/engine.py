@@ -328,6 +328,8 @@ class EngineModel:
             self._doorbell(self.regs["DB_QPN"], value)
         elif reg.name == "CQ_DB_CI":
             self._cq_ci(self.regs["CQ_DB_CQN"], value)
+        elif reg.name == "DB_RQ_PI" and self.responder is not None:
+            self.responder.rq_doorbell(self.regs["DB_QPN"], value)
 
     def _count(self, name: str, n: int = 1) -> None:
         self.regs[name.upper()] = self.regs[name.upper()] + n

@@ -185,6 +185,7 @@ def _regs():
         Reg("PORT_MAC_HI", 0x0AC, 16, rw, 0, "the port's MAC address [47:32]"),
         Reg("PORT_MODE", 0x0B0, 1, rw, 0, "bit 0 IB: frames in are native InfiniBand (LRH), else Ethernet"),
         Reg("PORT_GIDS", 0x0B4, 16, rw, 0, "bit i: SGID entry i is one of the port's addresses (DGID / destination IP)"),
+        Reg("DB_RQ_PI", 0x0B8, 16, wo, 0, "write: receive-queue doorbell, new RQ producer index of QP DB_QPN"),
     ]
     for i, (name, text) in enumerate(_COUNTERS):
         out.append(Reg(name.upper(), 0x100 + 4 * i, 32, ro, 0, f"counter (wraps): {text}"))

@@ -23,11 +23,16 @@ CASES = [(mode, service) for service in (ServiceType.RC, ServiceType.UC, Service
 class Case:
     """One random workload on a fresh pair: B's receive WQEs and the frames A's requests become."""
 
-    def __init__(self, rng: random.Random, mode: LinkMode, service: ServiceType, fault: str):
+    def __init__(self, rng: random.Random, mode: LinkMode, service: ServiceType, fault: str,
+                 defer_doorbells: bool = False):
+        """``defer_doorbells``: B's receive-queue doorbells are kept in ``pair.deferred`` (for the testbench
+        to ring on both sides) instead of rung on B's model at once."""
         self.rng, self.mode, self.service = rng, mode, service
         mtu = rng.choice([256, 1024])
         psn = rng.choice([100, (1 << 24) - 3, rng.randrange(1 << 24)])
         self.pair = pair = Pair(mode, service, mtu=mtu, psn=psn)
+        if defer_doorbells:
+            pair.deferred = []
         # one kind of fault per case (an RC QP ends at its first error, so mixing them hides most of them)
         self.fault = fault
         f = {k: (1.0 if fault == k else 0.0) for k in ("link", "keys", "buffers", "rnr")}

@@ -73,6 +73,7 @@ class Pair:
             self.b.driver.reg_mr(index, MemoryRegion(va=va, length=length, addr=addr, pd=PD, access=access, key=key))
         self.rkey = (REMOTE_MR[0] << 8) | REMOTE_MR[1]
         self.lkey = (RECV_MR[0] << 8) | RECV_MR[1]
+        self.deferred: list[tuple[int, int]] | None = None     # B's RQ doorbells, when kept for later
 
     # --- B's side ---------------------------------------------------------------------------------
 
@@ -85,7 +86,10 @@ class Pair:
             addrs.append(RECV_MR[4] + va - RECV_MR[2])
             va += n + 64
         pi = self.b.driver.post_recv(B_QPN, RecvWqe(wr_id, tuple(sges)))
-        self.b.resp.rq_doorbell(B_QPN, pi)
+        if self.deferred is None:
+            self.b.resp.rq_doorbell(B_QPN, pi)
+        else:
+            self.deferred.append((B_QPN, pi))
         return addrs
 
     def remote(self, va: int) -> int:

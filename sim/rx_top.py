@@ -38,6 +38,7 @@ class RxTop(wiring.Component):
         self.cache_cfg = QpcCacheConfig(tag_width=1, qpn_bits=max(1, (max_qps - 1).bit_length()))
         super().__init__({
             "s_axis": In(AXIStreamSignature(width, user_width=1)),
+            "rq_doorbell": In(stream.Signature(data.StructLayout({"qpn": 24, "pi": 16}))),
             "m_axi": Out(AXI4Signature(addr_width=64, data_width=width, id_width=6)),
             "resp": Out(stream.Signature(resp_layout)),
             "ib": In(1), "mac": In(48), "lid": In(16),
@@ -63,6 +64,7 @@ class RxTop(wiring.Component):
         m.submodules.axi = ic = AxiInterconnect(4, data_width=W, urgent=[0, 2, 3])
 
         wiring.connect(m, wiring.flipped(self.s_axis), p.s_axis)
+        wiring.connect(m, wiring.flipped(self.rq_doorbell), p.rq_doorbell)
         sg = self.sgid_gid
         vlan = Array(self.sgid_vlan[i] for i in range(SGID_ENTRIES))
         m.d.comb += [p.ib.eq(self.ib), p.mac.eq(self.mac), p.lid.eq(self.lid), p.gids.eq(sg),

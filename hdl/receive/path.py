@@ -44,6 +44,8 @@ class ReceivePath(wiring.Component):
     -------
     s_axis : In(AXIStreamSignature(width, user_width=1))
         Frames; ``tuser`` on the last beat: bad FCS.
+    rq_doorbell : In(stream ``{qpn, pi}``)
+        Receive-queue doorbells (``DB_RQ_PI``), taken between frames.
     m_axi_write, m_axi_host : Out(AXI4Signature(data_width=width))
         The payload writer's bursts; the responder's single accesses.
     ib, mac, lid, gids, gid_valid : In
@@ -68,6 +70,7 @@ class ReceivePath(wiring.Component):
         self.width, self.max_qps, self.cache, self.max_mtu = width, max_qps, cache, max_mtu
         super().__init__({
             "s_axis": In(AXIStreamSignature(width, user_width=1)),
+            "rq_doorbell": In(stream.Signature(data.StructLayout({"qpn": 24, "pi": 16}))),
             "m_axi_write": Out(AXI4Signature(data_width=width)),
             "m_axi_host": Out(AXI4Signature(data_width=width)),
             "qpc_req": Out(stream.Signature(request_layout(cache))),
@@ -107,6 +110,7 @@ class ReceivePath(wiring.Component):
             self.received.eq(fe.received), self.stateless.eq(fe.dropped),
         ]
         wiring.connect(m, fe.m_result, r.result)
+        wiring.connect(m, wiring.flipped(self.rq_doorbell), r.rq_db)
         wiring.connect(m, r.qpc_req, wiring.flipped(self.qpc_req))
         wiring.connect(m, wiring.flipped(self.qpc_resp), r.qpc_resp)
         wiring.connect(m, r.host_cmd, host.cmd)

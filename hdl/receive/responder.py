@@ -23,6 +23,7 @@ from .host_access import host_cmd_layout, host_resp_layout
 from .layouts import result_layout
 from .payload_writer import piece_layout
 from .resp_layouts import mr_layout, opcode_class, rx_layout, wqe_layout
+from .responder_doorbell import doorbell_states
 from .responder_fail import fail_states
 from .responder_place import place_states
 from .responder_read import read_states
@@ -31,7 +32,7 @@ from .response_desc import ResponseDesc
 __all__ = ["Responder", "ENGINE_COUNTS", "resp_layout"]
 
 #: Engine counters (``COUNTERS`` registers) the responder adds to, one strobe each.
-ENGINE_COUNTS = ("bus_errors", "wqe_errors", "flush_count", "pkt_count", "byte_count")
+ENGINE_COUNTS = ("bus_errors", "wqe_errors", "flush_count", "pkt_count", "byte_count", "db_errors")
 #: One response packet: its descriptor and, for a READ response, the bus address of its payload
 #: (``desc.payload_len`` bytes).
 resp_layout = data.StructLayout({"desc": DescriptorLayout, "addr": 64})
@@ -74,9 +75,12 @@ class Responder(wiring.Component):
     :class:`~.host_access.HostAccess`). Every stream is a plain valid/ready handshake; the responder waits on
     each answer before it goes on, so a stall upstream or on the bus only slows it.
 
-    The states live in four files: this one (the checks up to the opcode sequence, the shared host access,
+    Between frames it takes receive-queue doorbells (``rq_db``, ahead of a waiting frame).
+
+    The states live in five files: this one (the checks up to the opcode sequence, the shared host access,
     the context write-back, responses), :mod:`.responder_place` (SEND and WRITE), :mod:`.responder_read`
-    (READ, atomics, duplicates) and :mod:`.responder_fail` (NAKs, the QP's end, the RQ flush).
+    (READ, atomics, duplicates), :mod:`.responder_fail` (NAKs, the QP's end, the RQ flush) and
+    :mod:`.responder_doorbell` (the receive-queue doorbell).
     """
 
     def __init__(self, max_qps: int = 1 << 16, max_mtu: int = PathMtu.MTU_4096,
@@ -84,6 +88,7 @@ class Responder(wiring.Component):
         self.max_qps, self.max_mtu, self.cache_cfg = max_qps, int(max_mtu), cache
         super().__init__({
             "result": In(stream.Signature(result_layout())),
+            "rq_db": In(stream.Signature(data.StructLayout({"qpn": 24, "pi": 16}))),
             "qpc_req": Out(stream.Signature(request_layout(cache))),
             "qpc_resp": In(stream.Signature(response_layout(cache))),
             "host_cmd": Out(stream.Signature(host_cmd_layout)),
@@ -193,6 +198,8 @@ class Responder(wiring.Component):
         cq = Signal(cq_cmd_layout)
         do_cqe = Signal()
         wr_id = Signal(64)
+        db_pi = Signal(16)                  # the receive-queue doorbell's producer index
+        limit = Mux(self.qpc_size < self.max_qps, self.qpc_size, self.max_qps)
 
         # pieces, held until every check of the frame has passed
         piece_t = data.StructLayout({"src": 16, "length": 16, "addr": 64, "zero": 1})
@@ -267,11 +274,12 @@ class Responder(wiring.Component):
                          cq.recv.eq(1)]
 
         hret = _Returns(m, "hret", ["Rx-Got", "Wqe-Got", "Mr-Got", "Fail-Wqe", "Fl-Got", "Fl-Wqe", "Wrx-Done",
-                                    "Inv-Done", "Slot-Done", "Atom-Got", "Atom-Wrote", "Dup-Got"])
+                                    "Inv-Done", "Slot-Done", "Atom-Got", "Atom-Wrote", "Dup-Got", "Db-Got"])
         wret = _Returns(m, "wret", ["Finish", "Drop-Oos", "Drop-Invalid", "Cqe-Maybe", "Fail-Cq", "Fail-3",
-                                    "Fl-Cq", "Ud-Cq", "Ack", "Rsp-Start", "Atom-Ack"])
-        cret = _Returns(m, "cret", ["Fail-2", "Fl-Loop", "Ack-Maybe", "Finish"])
-        fret = _Returns(m, "fret", ["Nak-Ack", "Drop-Invalid", "Fail-2", "Fl-Loop", "Ack-Maybe", "Finish"])
+                                    "Fl-Cq", "Ud-Cq", "Ack", "Rsp-Start", "Atom-Ack", "Db-Written"])
+        cret = _Returns(m, "cret", ["Fail-2", "Fl-Loop", "Ack-Maybe", "Finish", "Db-Set-Error"])
+        fret = _Returns(m, "fret", ["Nak-Ack", "Drop-Invalid", "Fail-2", "Fl-Loop", "Ack-Maybe", "Finish",
+                                    "Db-Set-Error", "Db-End"])
         # sret (where Set-Error's flush returns) takes fret's and cret's targets by index
         assert all(t in fret.targets for t in cret.targets)
         mret = _Returns(m, "mret", ["Inv-Check", "Wmr-Check", "Smr-Check", "Rmr-Check", "Amr-Check"])
@@ -298,16 +306,20 @@ class Responder(wiring.Component):
             place_states(b)
             read_states(b)
             fail_states(b)
+            doorbell_states(b)
             with m.State("Idle"):
-                m.d.comb += self.result.ready.eq(1)
-                with m.If(self.result.valid):
+                # a doorbell goes first: one written before a frame arrives is seen by that frame
+                m.d.comb += [self.rq_db.ready.eq(1), self.result.ready.eq(~self.rq_db.valid)]
+                with m.If(self.rq_db.valid):
+                    m.d.sync += [res.desc.dest_qp.eq(self.rq_db.payload.qpn), db_pi.eq(self.rq_db.payload.pi)]
+                    m.next = "Db-Check"
+                with m.Elif(self.result.valid):
                     m.d.sync += [res.eq(self.result.payload), wqe_taken.eq(0), wqe_have.eq(0), released.eq(0),
                                  releasing.eq(0), is_dup.eq(0), epsn_then.eq(0),
                                  npieces.eq(0), do_cqe.eq(0)]
                     m.next = "Classify"
 
             with m.State("Classify"):
-                limit = Mux(self.qpc_size < self.max_qps, self.qpc_size, self.max_qps)
                 with m.If(~res.ok):
                     m.next = "Finish"
                 with m.Elif(op.response):
