@@ -24,10 +24,10 @@ Driver rules (docs/engine.md):
 The receive side (docs/receive.md): ``create_qp(qpn, ctx, rx)`` also writes the receive half of the
 record (:class:`~rnic.model.recv_records.RecvContext`: receive CQ, RQ ring, PD, access flags, min RNR
 timer, max_dest_rd_atomic), ``modify_qp`` takes those fields too, ``reg_mr`` / ``dereg_mr`` write the
-MR table, ``post_recv`` writes a receive WQE and rings the RQ doorbell, and ``poll_cq`` returns
-receive completions like send completions. The RQ doorbell needs a device with a receive path
-(``rq_doorbell``): today the model (:class:`ModelDevice` with a
-:class:`~rnic.model.responder.Responder`); the RTL's comes with its responder.
+MR table, ``post_recv`` writes a receive WQE and rings the RQ doorbell (DB_QPN, then DB_RQ_PI), and
+``poll_cq`` returns receive completions like send completions. ``open`` also writes the receive path's
+registers when a :class:`~rnic.model.responder.ResponderSettings` is given (``receive``). A
+:class:`ModelDevice` has a receive path when it has a :class:`~rnic.model.responder.Responder`.
 """
 
 from __future__ import annotations
@@ -55,12 +55,9 @@ class ModelDevice:
     def __init__(self, model: EngineModel, responder=None):
         self.model, self.responder = model, responder
 
-    async def rq_doorbell(self, qpn: int, pi: int) -> None:
-        if self.responder is None:
-            raise VerbsError("this device has no receive path")
-        self.responder.rq_doorbell(qpn, pi)
-
     async def write_reg(self, offset: int, value: int) -> None:
+        if offset == REG["DB_RQ_PI"].offset and self.responder is None:
+            raise VerbsError("this device has no receive path")
         self.model.write_reg(offset, value)
         self.model.run()
 
@@ -80,8 +77,10 @@ class ModelDevice:
 class Verbs:
     """A driver for one RNIC ``device`` (see the module docstring)."""
 
-    def __init__(self, device, settings: RegisterSettings, *, mr_base: int = 0, mr_size: int = 0):
-        self.dev, self.settings = device, settings
+    def __init__(self, device, settings: RegisterSettings, *, mr_base: int = 0, mr_size: int = 0, receive=None):
+        self.dev, self.settings, self.receive = device, settings, receive
+        if receive is not None:
+            mr_base, mr_size = receive.mr_base, receive.mr_size
         self.mr_base, self.mr_size = mr_base, mr_size
         self.rxs: dict[int, RecvContext] = {}
         self.rq_pi: dict[int, int] = {}
@@ -95,7 +94,10 @@ class Verbs:
     async def open(self) -> None:
         """Read the device's limits (CAPS2) and apply the configuration registers (CONTROL.ENABLE last)."""
         self.max_mtu = PathMtu(await self.dev.read_reg(REG["CAPS2"].offset) >> 4 & 7)
-        for offset, value in self.settings.writes():
+        writes = self.settings.writes()          # CONTROL last
+        if self.receive is not None:
+            writes = self.receive.writes([e.gid for e in self.settings.sgids]) + writes
+        for offset, value in writes:
             await self.dev.write_reg(offset, value)
 
     # --- resources -----------------------------------------------------------------------------------
@@ -192,7 +194,8 @@ class Verbs:
         self.dev.poke((rx.rq_base & ~0x3F) + (pi % (1 << rx.log_rq_size)) * RECV_WQE_BYTES, wqe.pack())
         self.rq_pi[qpn] = (pi + 1) & 0xFFFF
         if ring:
-            await self.dev.rq_doorbell(qpn, self.rq_pi[qpn])
+            await self.dev.write_reg(REG["DB_QPN"].offset, qpn)
+            await self.dev.write_reg(REG["DB_RQ_PI"].offset, self.rq_pi[qpn])
         return self.rq_pi[qpn]
 
     def dev_rq_ci(self, qpn: int) -> int:
