@@ -1,8 +1,9 @@
-"""``python -m rnic.sim respond SCENARIO --frames IN.pcap --out DIR``: captured requests replayed into the RTL
-receive path (:class:`rnic.sim.rx_top.RxTop` on Verilator) and into the golden model side by side.
+"""``python -m rnic.sim respond SCENARIO --frames IN.pcap --out DIR``: captured requests replayed into the whole
+engine (:class:`rnic.hdl.rnic.Rnic` on Verilator, configured through its registers) and into the golden model
+side by side.
 
 Prints one line per input frame (the model's verdict, and the RTL's where it differs), a summary, and the
-host-memory ranges the frames changed; writes the response frames to ``DIR/<mode>.pcap``. Exit status 2
+host-memory ranges the frames changed; writes the engine's response frames to ``DIR/<mode>.pcap``. Exit status 2
 when the RTL and the model differ in any verdict, response or byte of host memory; 1 on a bad scenario
 or capture.
 """
@@ -14,9 +15,10 @@ from pathlib import Path
 
 from ..model.descriptor import LinkMode
 from ..model.pcap import read_pcap, write_pcap_for_mode
+from ..model.config import RnicConfig
 from . import toolchain
 from .respond_scenario import load_respond_scenario
-from .rx_top import RxTop
+from .rtl import ensure_build
 
 __all__ = ["run_respond"]
 
@@ -25,14 +27,16 @@ def run_respond(scenario, frames, out: Path, *, width: int = 64, status=print) -
     load_respond_scenario(scenario)             # a bad scenario fails here, before the build
     _, captured = read_pcap(frames)
     out.mkdir(parents=True, exist_ok=True)
-    status(f"respond: {len(captured)} frames; building the receive path at W = {width} (once per width)")
-    build = toolchain.build(lambda: RxTop(width, max_qps=16), "rx_top", f"rx-top-w{width}")
+    status(f"respond: {len(captured)} frames; building the engine at W = {width} (once per width)")
+    config = RnicConfig(width=width)
+    build = ensure_build(config, fast=False)
     job, result = out / "respond-job.json", out / "respond.json"
     job.write_text(json.dumps({"scenario": str(Path(scenario).resolve()), "frames": str(Path(frames).resolve()),
                                "out": str(result.resolve())}))
     result.unlink(missing_ok=True)
     tests, fails = toolchain.run(build, "rnic.sim.respond_tb", seed=1, testcase="respond", quiet=True,
-                                 extra_env={"RNIC_RESPOND": str(job.resolve())}, log_file=out / "sim.log")
+                                 extra_env={"RNIC_RESPOND": str(job.resolve()), **config.env()},
+                                 log_file=out / "sim.log")
     if not result.exists():
         raise RuntimeError(f"the simulation stopped before its report (see {out / 'sim.log'})")
     r = json.loads(result.read_text())

@@ -88,10 +88,11 @@ class RespondNode:
     lid: int
     ib: bool
     seed: int
+    regs: RegisterSettings
 
-    def settings(self) -> dict:
-        return {"qpc_base": QPC_BASE, "qpc_size": _QPS, "cq_base": CQ_BASE, "cq_size": 4, "mr_base": MR_BASE,
-                "mr_size": _MRS, "res_base": RES_BASE}
+    def writes(self) -> list[tuple[int, int]]:
+        """The register writes that configure an engine as this node (the receive path's first)."""
+        return self.responder.settings.writes(self.gids) + self.regs.writes()
 
 
 def load_respond_scenario(path: str | Path) -> RespondNode:
@@ -171,4 +172,4 @@ def load_respond_scenario(path: str | Path) -> RespondNode:
                 raise ScenarioError(f"{w}.recv[{k}].sges: at most 3 [addr, length, lkey] entries")
             pi = driver.post_recv(qpn, RecvWqe(_int(r.get("wr_id", k), f"{w}.recv[{k}].wr_id"), sges))
             responder.rq_doorbell(qpn, pi)
-    return RespondNode(mem, engine, responder, mac, gids, lid, ib, seed)
+    return RespondNode(mem, engine, responder, mac, gids, lid, ib, seed, settings)

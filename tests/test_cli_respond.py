@@ -1,5 +1,5 @@
-"""``python -m rnic.sim respond``: the example capture replayed into the RTL receive path beside the model
-(shares the Verilator build of cocotb_tests/test_rx_responder.py), and scenario errors naming their field."""
+"""``python -m rnic.sim respond``: the example capture replayed into the whole engine beside the model
+(shares the Verilator build of cocotb_tests/test_rnic_receive.py), and scenario errors naming their field."""
 
 import json
 import subprocess
