@@ -1,5 +1,6 @@
-"""The cocotb side of :mod:`rnic.sim.bench_responder`: workloads on :class:`rnic.sim.rx_top.RxTop`, measured
-in clocks, every response checked against the model. Writes ``$RNIC_BENCH`` (JSON)."""
+"""The cocotb side of :mod:`rnic.sim.bench_responder`: workloads on the whole engine (:class:`rnic.hdl.rnic.Rnic`,
+configured through its registers), measured in clocks, every response frame checked against the model's byte
+for byte. Writes ``$RNIC_BENCH`` (JSON)."""
 
 from __future__ import annotations
 
@@ -10,15 +11,16 @@ import random
 
 import cocotb
 from cocotb.triggers import ClockCycles, RisingEdge
-from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamSource
+from cocotbext.axi import AxiLiteBus, AxiLiteMaster, AxiStreamBus, AxiStreamFrame, AxiStreamSink, AxiStreamSource
 
-from ..model.descriptor import DESC_WIDTH, LinkMode, PacketDesc
+from ..model.descriptor import LinkMode
 from ..model.opcodes import Opcode
 from ..model.qpc import ServiceType
+from ..model.regs import REG
 from ..model.wqe import Wqe, WqeFlags, WqeOpcode
 from . import tb as sim_tb
 from .harness import HostRam
-from .responder_pair import A_QPN, CQ_BASE, LOCAL_DATA, MR_BASE, QPC_BASE, REMOTE_MR, RES_BASE, Pair
+from .responder_pair import A_QPN, LOCAL_DATA, REMOTE_MR, Pair
 
 MEMORY_LATENCY = 50
 #: name -> (WQE opcode or UD, payload bytes, requests; SENDs at most the 32 receive WQEs of the ring)
@@ -27,6 +29,7 @@ WORKLOADS = {
     "WRITE 1 KiB": (WqeOpcode.RDMA_WRITE, 1024, 48),
     "WRITE 4 KiB (4 packets)": (WqeOpcode.RDMA_WRITE, 4096, 12),
     "READ 1 KiB": (WqeOpcode.RDMA_READ, 1024, 48),
+    "READ 4 KiB (4 responses)": (WqeOpcode.RDMA_READ, 4096, 12),
     "UD SEND 64 B": ("UD", 64, 32),
 }
 
@@ -51,45 +54,51 @@ def _frames(pair: Pair, op, n: int, count: int) -> list[bytes]:
     return frames
 
 
-def _diff(got, want) -> dict:
-    return {k: (getattr(got, k), v) for k, v in vars(want).items() if getattr(got, k) != v}
-
-
 class Bench:
     def __init__(self, dut):
         self.dut = dut
         sim_tb.start_clock(dut)
+        for name in ("s_axil", "m_axis", "s_axis"):
+            logging.getLogger(f"cocotb.{dut._name}.{name}").setLevel(logging.WARNING)
         self.ram = HostRam(dut, random.Random(1))
+        self.axil = AxiLiteMaster(AxiLiteBus.from_prefix(dut, "s_axil", bus_separator="__"), dut.clk, dut.rst)
         self.source = AxiStreamSource(AxiStreamBus.from_prefix(dut, "s_axis", bus_separator="__"), dut.clk, dut.rst)
-        self.source.log.setLevel(logging.ERROR)
-        self.resps = []
-        self.sink = sim_tb.StreamSink(dut, "resp", on_transfer=self.on_resp, rng=random.Random(1))
+        self.sink = AxiStreamSink(AxiStreamBus.from_prefix(dut, "m_axis", bus_separator="__"), dut.clk, dut.rst)
         self.clock = 0
-        self.started = False
+        self.starts: list[int] = []         # clock of each response frame's first beat
+        self.beats: list[int] = []          # clock of every response beat
+        cocotb.start_soon(self.watch())
 
-    def on_resp(self, raw):
-        self.resps.append((self.clock, PacketDesc.from_int(int(raw) & (1 << DESC_WIDTH) - 1)))
-
-    async def count(self):
+    async def watch(self):
+        d, in_frame = self.dut, False
         while True:
-            await RisingEdge(self.dut.clk)
+            await RisingEdge(d.clk)
             self.clock += 1
+            if d.m_axis__tvalid.value and d.m_axis__tready.value:
+                if not in_frame:
+                    self.starts.append(self.clock)
+                self.beats.append(self.clock)
+                in_frame = not d.m_axis__tlast.value
+
+    async def reg(self, name):
+        return await self.axil.read_dword(REG[name].offset)
 
     async def setup(self, pair: Pair):
-        dut, b = self.dut, pair.b
-        dut.ib.value = 0
-        dut.mac.value, dut.lid.value = b.mac, b.lid
-        dut.sgid_gid.value, dut.sgid_mac.value, dut.sgid_vlan.value, dut.sgid_valid.value = b.gid, b.mac, 0, 1
-        dut.qpc_base.value, dut.qpc_size.value = QPC_BASE, 16
-        dut.cq_base.value, dut.cq_size.value = CQ_BASE, 4
-        dut.mr_base.value, dut.mr_size.value, dut.res_base.value = MR_BASE, 16, RES_BASE
+        b = pair.b
         self.ram.load(b.mem, fixed_latency=MEMORY_LATENCY)
-        self.resps.clear()
-        await sim_tb.reset(dut, 3, low=("s_axis__tvalid", "qpc_ctrl__valid"), before=1, after=2)
-        if not self.started:
-            self.sink.start()
-            cocotb.start_soon(self.count())
-            self.started = True
+        await sim_tb.reset(self.dut, 4, low=("s_axis__tvalid",), after=2)
+        for offset, value in b.settings.writes() + b.resp.settings.writes([e.gid for e in b.settings.sgids]):
+            await self.axil.write_dword(offset, value)
+        while not self.sink.empty():
+            self.sink.recv_nowait()
+        self.starts.clear()
+        self.beats.clear()
+
+    async def wait_done(self, accepted: int) -> int:
+        """Poll until every frame is accepted and the engine idle; the clock it was seen (within 8)."""
+        while not (await self.reg("RX_ACCEPTED") == accepted and await self.reg("STATUS") & 1):
+            await ClockCycles(self.dut.clk, 8)
+        return self.clock
 
     async def run(self, name, op, n, count) -> dict:
         pair = Pair(LinkMode.ROCEV2_IPV4, ServiceType.UD if op == "UD" else ServiceType.RC, mtu=1024)
@@ -97,19 +106,17 @@ class Bench:
         await self.setup(pair)                      # B's memory as it is before any request
         for f in frames:
             pair.b.resp.receive(f)
-        want = [p.desc for p in pair.b.resp.responses]
+        want = [p.frame() for p in pair.b.resp.responses]
         dut = self.dut
         # one request alone: its last beat in -> its first response out
-        lone = frames[0]
-        await self.source.send(AxiStreamFrame(lone))
+        await self.source.send(AxiStreamFrame(frames[0]))
         await self.source.wait()
         t_in = self.clock
-        while not self.resps and not (dut.idle.value and self.clock - t_in > 5 * MEMORY_LATENCY * 10):
-            await RisingEdge(dut.clk)
-        latency = self.resps[0][0] - t_in if self.resps else None
-        while not dut.idle.value:
-            await RisingEdge(dut.clk)
-        # the rest back to back: clocks per request and how often the input was ready while offered
+        await self.wait_done(1)
+        latency = self.starts[0] - t_in if self.starts else None
+        first_resps = len(self.starts)
+        # the rest back to back: clocks per request, how often the input was ready while offered, and
+        # for READs the output's efficiency from the first response beat to the last
         offered = ready = 0
         t0 = self.clock
         for f in frames[1:]:
@@ -118,22 +125,24 @@ class Bench:
             await RisingEdge(dut.clk)
             offered += 1
             ready += int(dut.s_axis__tready.value)
-        seen = 0
-        while not (seen == len(frames) and dut.idle.value):
-            await RisingEdge(dut.clk)
-            seen = int(dut.received.value)
-        clocks = self.clock - t0
-        await ClockCycles(dut.clk, 10)              # the response sink sees the last handshake a clock late
-        got = [d for _, d in self.resps]
+        end = await self.wait_done(len(frames))
+        beats = [c for c in self.beats if c >= (self.starts[first_resps] if len(self.starts) > first_resps else end)]
+        end = max([end] + beats[-1:])
+        clocks = end - t0
+        await ClockCycles(dut.clk, 10)
+        got = []
+        while not self.sink.empty():
+            got.append(bytes(self.sink.recv_nowait().tdata))
         if got != want:
             diff = next((i for i, (g, w) in enumerate(zip(got, want)) if g != w), min(len(got), len(want)))
-            raise AssertionError(f"{name}: responses differ from the model's from response {diff} "
-                                 f"({len(got)} sent, the model {len(want)}): "
-                                 f"{_diff(got[diff], want[diff]) if diff < min(len(got), len(want)) else ''}")
-        return {"workload": name, "packets": len(frames) - 1, "clocks": clocks,
-                "clocks_per_packet": round(clocks / (len(frames) - 1), 1),
-                "tready": round(ready / offered, 3) if offered else 1.0,
-                "latency": latency}
+            raise AssertionError(f"{name}: response frames differ from the model's from frame {diff} "
+                                 f"({len(got)} sent, the model {len(want)})")
+        out = {"workload": name, "packets": len(frames) - 1, "clocks": clocks,
+               "clocks_per_packet": round(clocks / (len(frames) - 1), 1),
+               "tready": round(ready / offered, 3) if offered else 1.0, "latency": latency}
+        if op == WqeOpcode.RDMA_READ and beats:
+            out["read_efficiency"] = round(len(beats) / (beats[-1] - beats[0] + 1), 3)
+        return out
 
 
 @cocotb.test()
