@@ -23,17 +23,21 @@ import logging
 import os
 import random
 from pathlib import Path
+from types import SimpleNamespace
 
 import cocotb
 from cocotb.triggers import ClockCycles
 from cocotbext.axi import AxiLiteBus, AxiLiteMaster, AxiStreamBus, AxiStreamFrame, AxiStreamSink, AxiStreamSource
 
 from rnic.model.config import RnicConfig
-from rnic.model.qpc import CtrlOp
+from rnic.model.descriptor import LinkMode
+from rnic.model.opcodes import Opcode
+from rnic.model.qpc import CtrlOp, ServiceType
 from rnic.model.regs import REG, RX_COUNTERS
 from rnic.sim import tb as sim_tb
 from rnic.sim.harness import HostRam
 from rnic.sim.responder_cases import CASES, FAULTS, SPAN, Case
+from rnic.sim.responder_pair import A_QPN, REMOTE_MR, Pair
 from rnic.sim.toolchain import seed_from_env
 
 STALL = int(os.environ.get("RNIC_STALL", 20_000))     # clocks without progress that count as a hang
@@ -163,6 +167,42 @@ async def test_receive(dut):
             case = Case(tb.rng, mode, service, fault, defer_doorbells=True)
             await tb.start(case)
             await tb.run(case)
+
+
+@cocotb.test()
+async def test_scapy_requests(dut):
+    """Frames this project did not build: RC requests from scapy (BTH, IP and UDP from scapy, RETH and
+    AtomicETH packed with struct, scapy's ICRC) on RoCEv2 over IPv4 and IPv6: WRITE, SEND with immediate,
+    READ, FETCH_ADD, CMP_SWAP, then the same WRITE again (a duplicate) and one with a bad R_Key."""
+    from rnic.sim.scapy_frames import scapy_frame
+    tb = TB(dut, seed_from_env(1))
+    for mode in (LinkMode.ROCEV2_IPV4, LinkMode.ROCEV2_IPV6):
+        pair = Pair(mode, ServiceType.RC, mtu=1024)
+        pair.deferred = []
+        pair.post_recv(1, 256)
+        ctx = pair.a.driver.qp(A_QPN)
+        va = REMOTE_MR[2] + 0x80
+        pair.b.mem.poke(pair.remote(va + 64), tb.rng.randbytes(16))
+        old = int.from_bytes(pair.b.mem.peek(pair.remote(va + 72), 8), "little")
+        requests = [
+            (Opcode.RC_RDMA_WRITE_ONLY, 100, b"scapy-write!", dict(reth_va=va, reth_rkey=pair.rkey, reth_dma_len=12)),
+            (Opcode.RC_SEND_ONLY_WITH_IMMEDIATE, 101, b"scapy send", dict(imm=0x1234)),
+            (Opcode.RC_RDMA_READ_REQUEST, 102, b"", dict(reth_va=va, reth_rkey=pair.rkey, reth_dma_len=1500)),
+            (Opcode.RC_FETCH_ADD, 104, b"", dict(atomic_va=va + 64, atomic_rkey=pair.rkey, atomic_swap=3)),
+            (Opcode.RC_COMPARE_SWAP, 105, b"", dict(atomic_va=va + 72, atomic_rkey=pair.rkey, atomic_swap=7,
+                                                     atomic_compare=old)),
+            (Opcode.RC_RDMA_WRITE_ONLY, 100, b"scapy-write!", dict(reth_va=va, reth_rkey=pair.rkey, reth_dma_len=12)),
+            (Opcode.RC_RDMA_WRITE_ONLY, 106, b"refused", dict(reth_va=va, reth_rkey=pair.rkey ^ 1, reth_dma_len=7)),
+        ]
+        frames = []
+        for opcode, psn, payload, extra in requests:
+            desc = pair.a.engine.path_desc(ctx, psn, opcode, payload_len=len(payload), ackreq=1, **extra)
+            frames.append((scapy_frame(desc, payload), False))
+        case = SimpleNamespace(pair=pair, frames=frames, fault="none", mode=mode, service=ServiceType.RC)
+        await tb.start(case)
+        await tb.run(case)
+        outcomes = [v.outcome.value for v in pair.b.resp.verdicts]
+        assert outcomes == ["executed"] * 5 + ["duplicate", "nak"], outcomes
 
 
 # --- pytest side -------------------------------------------------------------------------------------

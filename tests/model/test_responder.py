@@ -568,7 +568,7 @@ def test_full_receive_cq_overflows():
 
 def test_scapy_built_requests_execute():
     pytest.importorskip("scapy.contrib.roce")
-    from test_model_scapy import scapy_frame
+    from rnic.sim.scapy_frames import scapy_frame
     pair = Pair()
     addrs = pair.post_recv(1, 256)
     ctx = pair.a.driver.qp(A_QPN)
