@@ -16,6 +16,7 @@ from ...model.recv_records import (MR_BYTES, RECV_MUTABLE_BYTES, RECV_QPC_BYTES,
 from ...model.regs import SGID_ENTRIES, ErrBit
 from ...model.responder import COUNT_NAMES, RNR_NAK, RxDrop, Syndrome
 from ...model.responder_exec import GRH_BYTES
+from ...model.wqe import MAX_MESSAGE
 from ..completion import CqOp, cq_cmd_layout, err_layout
 from ..descriptor import DescriptorLayout
 from ..qp_cache import Op, QpState, Status, request_layout, response_layout
@@ -107,7 +108,8 @@ class Responder(wiring.Component):
         m = Module()
         res = Signal(result_layout())
         d = res.desc
-        op = opcode_class(m, d.opcode)
+        op_in = opcode_class(m, self.result.payload.desc.opcode)
+        op = Signal(op_in.shape(), name="op")       # registered with res
         qpn = Signal(24)
         ctx = Signal(self.qpc_resp.payload.record.shape())
         rx = Signal(rx_layout)
@@ -150,16 +152,18 @@ class Responder(wiring.Component):
                 report(bit)
 
         # --- derived values ------------------------------------------------------------------------------
-        log_mtu = Signal(4)
-        mtu = Signal(13)
-        m.d.comb += [log_mtu.eq(ctx.path_mtu[:3] + 7), mtu.eq(Const(1, 13) << log_mtu)]
-        rc, uc, ud = (Signal(name=s) for s in ("rc", "uc", "ud"))
-        m.d.comb += [rc.eq(ctx.service == ServiceType.RC), uc.eq(ctx.service == ServiceType.UC),
-                     ud.eq(ctx.service == ServiceType.UD)]
-        delta = Signal(24)
-        m.d.comb += delta.eq(d.psn - ctx.epsn)
-        rx_addr = Signal(64)
-        m.d.comb += rx_addr.eq((self.qpc_base & ~0x7F) + (qpn << 7) + RECV_QPC_OFFSET)
+        # of the QP context's fixed fields, registered with ctx (Qpc-Resp) and equal to their reset values
+        log_mtu = Signal(4, init=7)
+        mtu = Signal(13, init=1 << 7)
+        rc, uc, ud = Signal(init=1, name="rc"), Signal(name="uc"), Signal(name="ud")
+
+        def load_ctx(rec):
+            m.d.sync += [ctx.eq(rec), log_mtu.eq(rec.path_mtu[:3] + 7), mtu.eq(Const(1, 13) << (rec.path_mtu[:3] + 7)),
+                         rc.eq(rec.service == ServiceType.RC), uc.eq(rec.service == ServiceType.UC),
+                         ud.eq(rec.service == ServiceType.UD)]
+
+        rx_addr = Signal(64)                # res is loaded two clocks before the first use
+        m.d.sync += rx_addr.eq((self.qpc_base & ~0x7F) + (qpn << 7) + RECV_QPC_OFFSET)
         rq_empty = Signal()
         m.d.comb += rq_empty.eq(rx.rq_ci == rx.rq_pi)
         wqe_addr = Signal(64)
@@ -173,16 +177,13 @@ class Responder(wiring.Component):
         def mr_addr(key):
             return (self.mr_base & ~0x1F) + (key[8:32] << 5)
 
-        def mr_ok(key):
-            """The MR read for ``key`` names it: valid, the key's variant byte, inside the table, the QP's PD."""
-            return ((mr.state == MrState.VALID) & (mr.key == key[:8]) & (key[8:32] < self.mr_size)
-                    & (mr.pd == rx.pd))
-
-        def covers(va, length):
-            return (mr.va <= va) & ((va + length) <= (mr.va + mr.length))
-
-        def bus_address(va):
-            return (mr.addr + va - mr.va)[:64]
+        # the MR check, one clock after the record (Mr-Chk): mr_okr, the MR read names the key (valid, the key's
+        # variant byte, inside the table, the QP's PD); mr_pass, also the right and [chk_va, chk_va + chk_len)
+        # inside it; mr_bus, the bus address of chk_va
+        key_in = Signal()
+        chk_va, chk_len, chk_end, chk_right = Signal(64), Signal(32), Signal(65), Signal(4)
+        mr_end, mr_off = Signal(65), Signal(64)
+        mr_okr, mr_pass, mr_bus = Signal(), Signal(), Signal(64)
 
         # --- per-frame registers ---------------------------------------------------------------------------
         wqe_taken, wqe_have, released, releasing = Signal(), Signal(), Signal(), Signal()
@@ -217,15 +218,16 @@ class Responder(wiring.Component):
         sge = wqe.sge[sge_i]
         lo, hi = Signal(33), Signal(33)
         sge_end = Signal(33)
-        sge_va = Signal(64)
-        p_end, lo_c = Signal(33), Signal(33)
-        m.d.comb += [p_end.eq(p_off + p_len), lo_c.eq(Mux(p_off > base, p_off, base))]
-        m.d.sync += [sge_end.eq(base + sge.length), lo.eq(lo_c),
+        lo_rel = Signal(33)                 # lo - base
+        p_end = Signal(33)
+        past = Signal()
+        m.d.comb += [p_end.eq(p_off + p_len), past.eq(p_off > base)]
+        m.d.sync += [sge_end.eq(base + sge.length), lo.eq(Mux(past, p_off, base)),
                      hi.eq(Mux(p_end < base + sge.length, p_end, base + sge.length)),
-                     sge_va.eq(sge.addr + lo_c - base)]
-        piece_len, piece_va = Signal(16), Signal(64)
-        capacity = Signal(34)
-        m.d.comb += capacity.eq(sum(Mux(i < wqe.num_sge, wqe.sge[i].length, 0) for i in range(RECV_SGES)))
+                     lo_rel.eq(Mux(past, p_off - base, 0))]
+        piece_len = Signal(16)
+        capacity = Signal(34)               # of the WQE, registered with it (Wqe-Got)
+        over = Signal()
 
         host, hresp = self.host_cmd, self.host_resp
         hdata, herr = Signal(512), Signal()
@@ -287,10 +289,25 @@ class Responder(wiring.Component):
         def write_rx(back):
             wret.call("Wrx-Pre", back)
 
-        def read_mr(k, back):
-            m.d.sync += key.eq(k)
-            host_read(mr_addr(k), MR_BYTES)
+        def read_mr(k, back, va=0, length=0, right=0):
+            """Read and check the MR of key ``k`` (for ``right`` on ``[va, va + length)``), then go to ``back``."""
+            m.d.sync += [key.eq(k), key_in.eq(k[8:32] < self.mr_size), chk_va.eq(va), chk_len.eq(length),
+                         chk_right.eq(right)]
             mret.call("Mr-Read", back)
+
+        # flags of the frame's fixed fields, registered: res is loaded (Idle) at least two clocks before a use
+        dma_zero, dma_big = Signal(), Signal()
+        len_bad = Signal()                  # Len's verdict; its inputs are still one clock before Len
+        m.d.sync += [dma_zero.eq(d.reth_dma_len == 0), dma_big.eq(d.reth_dma_len > MAX_MESSAGE)]
+        len_ok = Mux(op.first | op.middle, n == mtu, Mux(op.last, (n >= 1) & (n <= mtu), n <= mtu))
+        resid = Mux(start, d.reth_dma_len, rx.resid)
+        wlen_ok = ~((n > resid) | (last & (n != resid)) | (~last & (n == resid)))
+        m.d.sync += len_bad.eq(~len_ok | (op.write & ~wlen_ok))
+
+        # Check's conditions, registered in Rx-Got
+        bad_qpn = Signal()
+        ck = Signal(data.StructLayout({"responding": 1, "ctx_ok": 1, "svc_ok": 1, "pkey_ok": 1, "qkey_ok": 1,
+                                       "long": 1, "rq_empty": 1, "in_seq": 1, "ahead": 1, "behind": 1}))
 
         b = _Build(locals(), self)
         with m.FSM(init="Idle") as fsm:
@@ -301,18 +318,19 @@ class Responder(wiring.Component):
             with m.State("Idle"):
                 m.d.comb += self.result.ready.eq(1)
                 with m.If(self.result.valid):
-                    m.d.sync += [res.eq(self.result.payload), wqe_taken.eq(0), wqe_have.eq(0), released.eq(0),
+                    limit = Mux(self.qpc_size < self.max_qps, self.qpc_size, self.max_qps)
+                    m.d.sync += [res.eq(self.result.payload), op.eq(op_in),
+                                 bad_qpn.eq(self.result.payload.desc.dest_qp >= limit), wqe_taken.eq(0), wqe_have.eq(0), released.eq(0),
                                  releasing.eq(0), is_dup.eq(0), epsn_then.eq(0),
                                  npieces.eq(0), do_cqe.eq(0)]
                     m.next = "Classify"
 
             with m.State("Classify"):
-                limit = Mux(self.qpc_size < self.max_qps, self.qpc_size, self.max_qps)
                 with m.If(~res.ok):
                     m.next = "Finish"
                 with m.Elif(op.response):
                     drop(RxDrop.RESPONSE)
-                with m.Elif(qpn >= limit):
+                with m.Elif(bad_qpn):
                     drop(RxDrop.BAD_QPN)
                 with m.Else():
                     m.next = "Qpc-Req"
@@ -322,7 +340,7 @@ class Responder(wiring.Component):
             with m.State("Qpc-Resp"):
                 m.d.comb += cache_resp.ready.eq(1)
                 with m.If(cache_resp.valid):
-                    m.d.sync += ctx.eq(cache_resp.payload.record)
+                    load_ctx(cache_resp.payload.record)
                     with m.If(cache_resp.payload.status != Status.OK):
                         bus_error(ErrBit.BUS_QPC)
                         drop(RxDrop.QPC_BUS_ERROR)
@@ -342,6 +360,20 @@ class Responder(wiring.Component):
                     hret.back()
 
             with m.State("Rx-Got"):
+                hrx = data.View(rx_layout, hdata[:8 * RECV_QPC_BYTES])
+                delta = Signal(24)
+                m.d.comb += delta.eq(d.psn - ctx.epsn)
+                m.d.sync += [
+                    ck.responding.eq((ctx.state == QpState.RTR) | (ctx.state == QpState.RTS)
+                                     | (ctx.state == QpState.SQD) | (ctx.state == QpState.SQE)),
+                    ck.ctx_ok.eq((ctx.service <= ServiceType.UD) & (ctx.link_mode <= LinkMode.IB_GLOBAL)
+                                 & (ctx.path_mtu >= PathMtu.MTU_256) & (ctx.path_mtu <= self.max_mtu)
+                                 & (ctx.sgid_index < SGID_ENTRIES)),
+                    ck.svc_ok.eq(op.service == ctx.service),
+                    ck.pkey_ok.eq((d.pkey[:15] == ctx.pkey[:15]) & (d.pkey[15] | ctx.pkey[15])),
+                    ck.qkey_ok.eq(d.deth_qkey == ctx.qkey), ck.long.eq(n > mtu),
+                    ck.rq_empty.eq(hrx.rq_ci == hrx.rq_pi),
+                    ck.in_seq.eq(delta == 0), ck.ahead.eq((delta != 0) & ~delta[23]), ck.behind.eq(delta[23])]
                 with m.If(herr):
                     bus_error(ErrBit.BUS_QPC)
                     drop(RxDrop.QPC_BUS_ERROR)
@@ -350,40 +382,34 @@ class Responder(wiring.Component):
                     m.next = "Check"
 
             with m.State("Check"):
-                responding = ((ctx.state == QpState.RTR) | (ctx.state == QpState.RTS) | (ctx.state == QpState.SQD)
-                              | (ctx.state == QpState.SQE))
-                ctx_ok = ((ctx.service <= ServiceType.UD) & (ctx.link_mode <= LinkMode.IB_GLOBAL)
-                          & (ctx.path_mtu >= PathMtu.MTU_256) & (ctx.path_mtu <= self.max_mtu)
-                          & (ctx.sgid_index < SGID_ENTRIES))
-                pkey_ok = (d.pkey[:15] == ctx.pkey[:15]) & (d.pkey[15] | ctx.pkey[15])
-                with m.If(~responding):
+                with m.If(~ck.responding):
                     drop(RxDrop.QP_STATE)
-                with m.Elif(~ctx_ok):
+                with m.Elif(~ck.ctx_ok):
                     drop(RxDrop.BAD_CONTEXT)
-                with m.Elif(op.service != ctx.service):
+                with m.Elif(~ck.svc_ok):
                     drop(RxDrop.WRONG_SERVICE)
-                with m.Elif(~pkey_ok):
+                with m.Elif(~ck.pkey_ok):
                     drop(RxDrop.PKEY)
                 with m.Elif(ud):
-                    with m.If(d.deth_qkey != ctx.qkey):
+                    with m.If(~ck.qkey_ok):
                         drop(RxDrop.QKEY)
-                    with m.Elif(n > mtu):
+                    with m.Elif(ck.long):
                         drop(RxDrop.INVALID)
-                    with m.Elif(rq_empty):
+                    with m.Elif(ck.rq_empty):
                         drop(RxDrop.NO_RQ_WQE)
                     with m.Else():
                         m.d.sync += wqe_taken.eq(1)
                         host_read(wqe_addr, RECV_WQE_BYTES)
                         hret.call("Host", "Wqe-Got")
                 with m.Elif(rc):
-                    with m.If((delta != 0) & ~delta[23]):
+                    with m.If(ck.ahead):
                         with m.If(rx.nak_sent):
                             drop(RxDrop.OUT_OF_SEQ)
                         with m.Else():
                             m.d.sync += rx.nak_sent.eq(1)
                             respond(Opcode.RC_ACKNOWLEDGE, ctx.epsn, Syndrome.PSN_SEQ_ERR, go=False)
                             write_rx("Ack")
-                    with m.Elif(delta[23]):
+                    with m.Elif(ck.behind):
                         m.d.comb += bump["duplicates"].eq(1)
                         with m.If(op.send | op.write):
                             ack(ctx.epsn - 1, Syndrome.ACK)
@@ -393,7 +419,7 @@ class Responder(wiring.Component):
                         m.d.sync += rx.nak_sent.eq(0)
                         m.next = "Seq"
                 with m.Else():                                  # UC
-                    with m.If((delta != 0) | rx.uc_drop):
+                    with m.If(~ck.in_seq | rx.uc_drop):
                         with m.If(~start):
                             m.d.sync += rx.uc_drop.eq(1)
                             write_rx("Drop-Oos")
@@ -424,7 +450,7 @@ class Responder(wiring.Component):
                         m.next = "Rd-Check"
                     with m.Elif(op.send | (last & op.imm)):
                         fresh = ~op.send | start
-                        with m.If(fresh & rq_empty):
+                        with m.If(fresh & ck.rq_empty):
                             with m.If(rc):
                                 ack(d.psn, RNR_NAK | rx.min_rnr_timer)
                             with m.Else():
