@@ -4,7 +4,10 @@ by the rules and in the order of :class:`rnic.model.responder.Responder` (docs/r
 
 from __future__ import annotations
 
-from amaranth import Const, Module, Mux, Signal
+import functools
+import operator
+
+from amaranth import Const, Module, Mux, Signal, Value
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -122,6 +125,7 @@ class Responder(wiring.Component):
         m.submodules.rdesc = rdesc = ResponseDesc()
         ack_psn, ack_syn, resp_op, resp_len = Signal(24), Signal(8), Signal(8), Signal(13)
         resp_addr, resp_orig, resp_more = Signal(64), Signal(64), Signal()
+        resp_kind = Signal(data.StructLayout({"ack": 1, "rnr": 1, "nak": 1, "read": 1}))   # the counter it adds to
         m.d.comb += [rdesc.ctx.eq(ctx), rdesc.opcode.eq(resp_op), rdesc.psn.eq(ack_psn), rdesc.payload_len.eq(resp_len),
                      rdesc.atomic_orig.eq(resp_orig), self.resp.payload.addr.eq(resp_addr),
                      rdesc.syndrome.eq(ack_syn), rdesc.msn.eq(rx.msn), rdesc.port_lid.eq(self.port_lid),
@@ -131,15 +135,18 @@ class Responder(wiring.Component):
 
         # --- counters and error reports ----------------------------------------------------------------
         cnt = self.counts
+        # a counter adds the clock after its strobe (bump) or its drop (drop_inc, one bit per reason)
         bump = {name: Signal(name=f"bump_{name}") for name in COUNT_NAMES}
         for name, s in bump.items():
-            with m.If(s):
+            bumped = Signal(name=f"bumped_{name}")
+            m.d.sync += bumped.eq(s)
+            with m.If(bumped):
                 m.d.sync += cnt[name].eq(cnt[name] + 1)
-        drop_now, drop_reason = Signal(), Signal(4)
-        with m.If(drop_now):
-            for r in RxDrop:
-                with m.If(drop_reason == int(r)):
-                    m.d.sync += self.drops[r].eq(self.drops[r] + 1)
+        drop_inc = Signal(len(RxDrop))
+        m.d.sync += drop_inc.eq(0)
+        for r in RxDrop:
+            with m.If(drop_inc[int(r)]):
+                m.d.sync += self.drops[r].eq(self.drops[r] + 1)
         m.d.sync += [self.err.valid.eq(0)] + [getattr(self.inc, n).eq(0) for n in ENGINE_COUNTS]
 
         def report(bit):
@@ -203,25 +210,24 @@ class Responder(wiring.Component):
         # scatter: parts (0: 20 zero bytes, 1: the GRH or IPv4 header, 2: the payload) x SGEs
         part, sge_i = Signal(2), Signal(2)
         base = Signal(33)
-        p_off, p_len, p_src, p_zero = Signal(32), Signal(16), Signal(16), Signal()
+        p_off, p_len, p_src, p_zero = Signal(32), Signal(16), Signal(16), Signal()     # of the part, registered with it
+        p_end = Signal(33)
         l2 = Signal(8)
         m.d.comb += l2.eq(Mux(res.mode >= LinkMode.IB_LOCAL, 8, 14 + 4 * d.vlan_present))
-        with m.Switch(part):
-            with m.Case(0):
-                m.d.comb += [p_off.eq(0), p_len.eq(20), p_src.eq(0), p_zero.eq(1)]
-            with m.Case(1):
-                v4 = res.mode == LinkMode.ROCEV2_IPV4
-                m.d.comb += [p_off.eq(Mux(v4, 20, 0)), p_len.eq(Mux(v4, 20, GRH_BYTES)), p_src.eq(l2)]
-            with m.Default():
-                m.d.comb += [p_off.eq(Mux(ud, GRH_BYTES, off)), p_len.eq(n), p_src.eq(res.payload_start)]
+
+        def set_part(pt):
+            v4 = res.mode == LinkMode.ROCEV2_IPV4
+            po = Mux(pt == 0, 0, Mux(pt == 1, Mux(v4, 20, 0), Mux(ud, GRH_BYTES, off)))
+            pl = Mux(pt == 0, 20, Mux(pt == 1, Mux(v4, 20, GRH_BYTES), n))
+            m.d.sync += [part.eq(pt), p_off.eq(po), p_len.eq(pl), p_end.eq(po + pl), p_zero.eq(pt == 0),
+                         p_src.eq(Mux(pt == 0, 0, Mux(pt == 1, l2, res.payload_start)))]
         # the overlap of the part and the SGE, registered (Scatter-Wait gives them a clock after a change)
         sge = wqe.sge[sge_i]
         lo, hi = Signal(33), Signal(33)
         sge_end = Signal(33)
         lo_rel = Signal(33)                 # lo - base
-        p_end = Signal(33)
         past = Signal()
-        m.d.comb += [p_end.eq(p_off + p_len), past.eq(p_off > base)]
+        m.d.comb += past.eq(p_off > base)
         m.d.sync += [sge_end.eq(base + sge.length), lo.eq(Mux(past, p_off, base)),
                      hi.eq(Mux(p_end < base + sge.length, p_end, base + sge.length)),
                      lo_rel.eq(Mux(past, p_off - base, 0))]
@@ -241,7 +247,7 @@ class Responder(wiring.Component):
                          host.payload.wdata.eq(wdata)]
 
         def drop(reason):
-            m.d.comb += [drop_now.eq(1), drop_reason.eq(int(reason))]
+            m.d.sync += drop_inc.eq(1 << int(reason))
             m.next = "Finish"
 
         def nak(syn, status=0):
@@ -250,6 +256,12 @@ class Responder(wiring.Component):
 
         def respond(opcode, psn, syn, nbytes=0, addr=0, orig=0, more=0, go=True):
             """Load the response registers; ``go``: send it next (the Ack state)."""
+            op_v, syn_v = Value.cast(opcode), Value.cast(syn)
+            is_ack = op_v == Opcode.RC_ACKNOWLEDGE
+            m.d.sync += [resp_kind.ack.eq(is_ack & (syn_v == Syndrome.ACK)),
+                         resp_kind.rnr.eq(is_ack & (syn_v != Syndrome.ACK) & (syn_v[5:8] == 1)),
+                         resp_kind.nak.eq(is_ack & (syn_v != Syndrome.ACK) & (syn_v[5:8] != 1)),
+                         resp_kind.read.eq(~is_ack & (op_v != Opcode.RC_ATOMIC_ACKNOWLEDGE))]
             m.d.sync += [resp_op.eq(opcode), ack_psn.eq(psn), ack_syn.eq(syn), resp_len.eq(nbytes),
                          resp_addr.eq(addr), resp_orig.eq(orig), resp_more.eq(more)]
             if go:
@@ -486,15 +498,8 @@ class Responder(wiring.Component):
                 m.d.comb += self.resp.valid.eq(1)
                 with m.If(self.resp.ready):
                     m.d.sync += [self.inc.pkt_count.eq(1), self.inc.byte_count.eq(resp_len)]
-                    with m.If(resp_op == Opcode.RC_ACKNOWLEDGE):
-                        with m.If(ack_syn == Syndrome.ACK):
-                            m.d.comb += bump["acks"].eq(1)
-                        with m.Elif(ack_syn[5:8] == 1):
-                            m.d.comb += bump["rnr_naks"].eq(1)
-                        with m.Else():
-                            m.d.comb += bump["naks"].eq(1)
-                    with m.Elif(resp_op != Opcode.RC_ATOMIC_ACKNOWLEDGE):
-                        m.d.comb += bump["read_responses"].eq(1)
+                    m.d.comb += [bump["acks"].eq(resp_kind.ack), bump["rnr_naks"].eq(resp_kind.rnr),
+                                 bump["naks"].eq(resp_kind.nak), bump["read_responses"].eq(resp_kind.read)]
                     m.next = "Finish"
                     with m.If(resp_more):
                         m.next = "Rsp-More"
@@ -505,6 +510,8 @@ class Responder(wiring.Component):
                 with m.Else():
                     m.next = "Emit"
                     m.d.sync += [npieces.eq(0), releasing.eq(1)]
-        m.d.comb += self.state.eq(fsm.state)
+        # the state's number decoded from the one-hot tests, so yosys can still recode the state register
+        m.d.comb += self.state.eq(functools.reduce(operator.or_, (Mux(fsm.ongoing(name), code, 0)
+                                                                  for name, code in fsm.encoding.items() if code)))
         self.state_signal = fsm.state           # its decoder names the states (for a debugging testbench)
         return m

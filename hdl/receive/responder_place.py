@@ -4,7 +4,7 @@ States of :class:`~.responder.Responder`'s FSM, added by :func:`place_states`.""
 
 from __future__ import annotations
 
-from amaranth import Mux
+from amaranth import Cat, Const, Mux
 from amaranth.lib import data
 
 from ...model.descriptor import LinkMode
@@ -108,9 +108,8 @@ def place_states(b):
     # Scatter-Fit is the first Scatter-Wait: the overlap registers see the new part, SGE and base
     with m.State("Scatter-Init"):
         total = Mux(ud, GRH_BYTES + n, off + n)
-        m.d.sync += [over.eq(total > capacity), sge_i.eq(0), base.eq(0),
-                     part.eq(Mux(ud & (res.mode == LinkMode.ROCEV2_IPV4), 0,
-                                 Mux(ud & (res.mode != LinkMode.IB_LOCAL), 1, 2)))]
+        m.d.sync += [over.eq(total > capacity), sge_i.eq(0), base.eq(0)]
+        b.set_part(Mux(ud & (res.mode == LinkMode.ROCEV2_IPV4), 0, Mux(ud & (res.mode != LinkMode.IB_LOCAL), 1, 2)))
         m.next = "Scatter-Fit"
     with m.State("Scatter-Fit"):
         with m.If(over):
@@ -124,7 +123,8 @@ def place_states(b):
             with m.If(part == 2):
                 m.next = "Emit"
             with m.Else():
-                m.d.sync += [part.eq(part + 1), sge_i.eq(0), base.eq(0)]
+                m.d.sync += [sge_i.eq(0), base.eq(0)]
+                b.set_part((part + 1)[:2])
                 m.next = "Scatter-Wait"
         with m.Elif(lo < hi):
             m.d.sync += piece_len.eq(hi - lo)
@@ -170,7 +170,7 @@ def place_states(b):
                 m.d.sync += [rx.write_addr.eq(rx.write_addr + n), rx.resid.eq(rx.resid - n)]
                 m.next = "Advance"
             with m.Elif(last & op.inv):
-                host_write(mr_addr(inv_key) + 29, 1, MrState.INVALID)
+                host_write(Cat(Const(29, 5), (c.mr_base[5:] + inv_key[8:32])[:59]), 1, MrState.INVALID)
                 hret.call("Host", "Inv-Done")
             with m.Else():
                 m.d.sync += rx.recv_off.eq(off + n)
