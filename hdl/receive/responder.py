@@ -4,9 +4,6 @@ by the rules and in the order of :class:`rnic.model.responder.Responder` (docs/r
 
 from __future__ import annotations
 
-import functools
-import operator
-
 from amaranth import Const, Module, Mux, Signal, Value
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
@@ -14,8 +11,8 @@ from amaranth.lib.wiring import In, Out
 from ...model.descriptor import LinkMode
 from ...model.opcodes import Opcode
 from ...model.qpc import PathMtu, QpcCacheConfig, ServiceType
-from ...model.recv_records import (MR_BYTES, RECV_MUTABLE_BYTES, RECV_QPC_BYTES, RECV_QPC_OFFSET, RECV_SGES,
-                                   RECV_WQE_BYTES, Access, MrState, OpenMessage)
+from ...model.recv_records import (RECV_MUTABLE_BYTES, RECV_QPC_BYTES, RECV_QPC_OFFSET, RECV_WQE_BYTES, Access,
+                                   OpenMessage)
 from ...model.regs import SGID_ENTRIES, ErrBit
 from ...model.responder import COUNT_NAMES, RNR_NAK, RxDrop, Syndrome
 from ...model.responder_exec import GRH_BYTES
@@ -332,9 +329,9 @@ class Responder(wiring.Component):
                 with m.If(self.result.valid):
                     limit = Mux(self.qpc_size < self.max_qps, self.qpc_size, self.max_qps)
                     m.d.sync += [res.eq(self.result.payload), op.eq(op_in),
-                                 bad_qpn.eq(self.result.payload.desc.dest_qp >= limit), wqe_taken.eq(0), wqe_have.eq(0), released.eq(0),
-                                 releasing.eq(0), is_dup.eq(0), epsn_then.eq(0),
-                                 npieces.eq(0), do_cqe.eq(0)]
+                                 bad_qpn.eq(self.result.payload.desc.dest_qp >= limit),
+                                 wqe_taken.eq(0), wqe_have.eq(0), released.eq(0), releasing.eq(0), is_dup.eq(0),
+                                 epsn_then.eq(0), npieces.eq(0), do_cqe.eq(0)]
                     m.next = "Classify"
 
             with m.State("Classify"):
@@ -510,8 +507,6 @@ class Responder(wiring.Component):
                 with m.Else():
                     m.next = "Emit"
                     m.d.sync += [npieces.eq(0), releasing.eq(1)]
-        # the state's number decoded from the one-hot tests, so yosys can still recode the state register
-        m.d.comb += self.state.eq(functools.reduce(operator.or_, (Mux(fsm.ongoing(name), code, 0)
-                                                                  for name, code in fsm.encoding.items() if code)))
+        m.d.comb += self.state.eq(fsm.state)
         self.state_signal = fsm.state           # its decoder names the states (for a debugging testbench)
         return m

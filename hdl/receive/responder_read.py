@@ -17,7 +17,6 @@ from ...model.opcodes import Opcode
 from ...model.recv_records import MAX_RD_ATOMIC, RES_BYTES, Access, ResKind
 from ...model.regs import ErrBit
 from ...model.responder import RxDrop, Syndrome
-from ...model.wqe import MAX_MESSAGE
 from .resp_layouts import res_layout
 
 _RESPONSE = {(True, True): Opcode.RC_RDMA_READ_RESPONSE_ONLY, (True, False): Opcode.RC_RDMA_READ_RESPONSE_FIRST,
@@ -38,7 +37,7 @@ def _slot_index(m, head, k, count):
 
 def read_states(b):
     c = b.c
-    m, d, op, rx, ctx, mr, qpn = b.m, b.d, b.op, b.rx, b.ctx, b.mr, b.qpn
+    m, d, op, rx, ctx, qpn = b.m, b.d, b.op, b.rx, b.ctx, b.qpn
     hdata, herr, host_read, host_write, hret, read_mr = b.hdata, b.herr, b.host_read, b.host_write, b.hret, b.read_mr
     nak, drop, bus_error, mr_pass, mr_bus = b.nak, b.drop, b.bus_error, b.mr_pass, b.mr_bus
     mtu, log_mtu, bump, respond = b.mtu, b.log_mtu, b.bump, b.respond
