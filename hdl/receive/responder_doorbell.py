@@ -33,7 +33,7 @@ def doorbell_states(b):
     with m.State("Db-Resp"):
         m.d.comb += cache_resp.ready.eq(1)
         with m.If(cache_resp.valid):
-            m.d.sync += ctx.eq(cache_resp.payload.record)
+            b.load_ctx(cache_resp.payload.record)
             with m.If(cache_resp.payload.status != Status.OK):
                 bus_error(ErrBit.BUS_QPC)
                 refuse_count()

@@ -4,16 +4,18 @@ States of :class:`~.responder.Responder`'s FSM, added by :func:`place_states`.""
 
 from __future__ import annotations
 
-from amaranth import Mux
+from amaranth import Cat, Const, Mux
+from amaranth.lib import data
 
 from ...model.descriptor import LinkMode
 from ...model.recv_records import (CQE_FLAG_GRH, CQE_FLAG_IMM, CQE_FLAG_INV, CQE_FLAG_SOLICITED, MR_BYTES, RECV_SGES,
-                                   Access, MrState, OpenMessage, RecvOpcode)
+                                   RECV_WQE_BYTES, Access, MrState, OpenMessage, RecvOpcode)
 from ...model.regs import ErrBit
 from ...model.responder import Syndrome
 from ...model.responder_exec import GRH_BYTES
 from ...model.wqe import CqeStatus
 from ..qp_cache import Op
+from .resp_layouts import mr_layout, wqe_layout
 
 _PIECES = 16
 
@@ -23,10 +25,11 @@ def place_states(b):
     m, herr, bus_error, nak, hdata, d = b.m, b.herr, b.bus_error, b.nak, b.hdata, b.d
     wqe, wqe_have, ud, op, n, mtu = b.wqe, b.wqe_have, b.ud, b.op, b.n, b.mtu
     last, start, rx, read_mr, off, inv_key = b.last, b.start, b.rx, b.read_mr, b.off, b.inv_key
-    key, mr, mret, hret, mr_ok, covers = b.key, b.mr, b.mret, b.hret, b.mr_ok, b.covers
-    bus_address, pmem, res, npieces, capacity, uc = b.bus_address, b.pmem, b.res, b.npieces, b.capacity, b.uc
+    key, mr, mret, hret = b.key, b.mr, b.mret, b.hret
+    pmem, res, npieces, capacity, uc = b.pmem, b.res, b.npieces, b.capacity, b.uc
     sge_i, base, part, lo, hi, piece_len = b.sge_i, b.base, b.part, b.lo, b.hi, b.piece_len
-    piece_va, sge_va, sge, sge_end, p_src, p_off = b.piece_va, b.sge_va, b.sge, b.sge_end, b.p_src, b.p_off
+    lo_rel, sge, sge_end, p_src, p_off = b.lo_rel, b.sge, b.sge_end, b.p_src, b.p_off
+    mr_okr, mr_pass, mr_bus, over = b.mr_okr, b.mr_pass, b.mr_bus, b.over
     p_zero, emit_i, released, releasing = b.p_zero, b.emit_i, b.released, b.releasing
     host_write, mr_addr = b.host_write, b.mr_addr
     ctx, cqe, do_cqe = b.ctx, b.cqe, b.do_cqe
@@ -38,20 +41,19 @@ def place_states(b):
         with m.Elif(hdata[64:72] > RECV_SGES):
             nak(Syndrome.REMOTE_OP_ERR, CqeStatus.RQ_WQE_FETCH_ERR)
         with m.Else():
-            m.d.sync += [wqe.eq(hdata), wqe_have.eq(1)]
+            hw = data.View(wqe_layout, hdata[:8 * RECV_WQE_BYTES])
+            m.d.sync += [wqe.eq(hdata), wqe_have.eq(1),
+                         capacity.eq(sum(Mux(i < hw.num_sge, hw.sge[i].length, 0) for i in range(RECV_SGES)))]
             with m.If(ud):
                 m.next = "Scatter-Init"
             with m.Else():
                 m.next = "Len"
     with m.State("Len"):
-        len_ok = Mux(op.first | op.middle, n == mtu, Mux(op.last, (n >= 1) & (n <= mtu), n <= mtu))
-        resid = Mux(start, d.reth_dma_len, rx.resid)
-        wlen_ok = ~((n > resid) | (last & (n != resid)) | (~last & (n == resid)))
-        with m.If(~len_ok | (op.write & ~wlen_ok)):
+        with m.If(b.len_bad):
             nak(Syndrome.INVALID_REQUEST)
         with m.Elif(op.write):
-            with m.If(start & (d.reth_dma_len != 0)):
-                read_mr(d.reth_rkey, "Wmr-Check")
+            with m.If(start & ~b.dma_zero):
+                read_mr(d.reth_rkey, "Wmr-Check", d.reth_va, d.reth_dma_len, Access.REMOTE_WRITE)
             with m.Else():
                 with m.If(start):
                     m.d.sync += [rx.write_addr.eq(0), rx.resid.eq(0), rx.write_len.eq(0)]
@@ -62,46 +64,58 @@ def place_states(b):
                 read_mr(d.imm, "Inv-Check")
             with m.Else():
                 m.next = "Scatter-Init"
-    # an MR read: skipped (no MR) when the key's index is past the table
+    # an MR read: skipped (no MR) when the key's index is past the table; checked a clock after the record
     with m.State("Mr-Read"):
-        with m.If(key[8:32] >= c.mr_size):
-            m.d.sync += mr.eq(0)
+        with m.If(~b.key_in):
+            m.d.sync += [mr_okr.eq(0), mr_pass.eq(0)]
             mret.back()
         with m.Else():
+            m.d.sync += b.chk_end.eq(b.chk_va + b.chk_len)
+            b.host_read(mr_addr(key), MR_BYTES)
             hret.call("Host", "Mr-Got")
     with m.State("Mr-Got"):
+        hmr = data.View(mr_layout, hdata[:8 * MR_BYTES])
         with m.If(herr):
             bus_error()
             m.d.sync += mr.eq(0)
         with m.Else():
-            m.d.sync += mr.eq(hdata[:8 * MR_BYTES])
+            m.d.sync += mr.eq(hmr)
+        m.d.sync += [b.mr_end.eq(hmr.va + hmr.length), b.mr_off.eq(hmr.addr - hmr.va)]
+        m.next = "Mr-Chk"
+    with m.State("Mr-Chk"):
+        ok = b.key_in & (mr.state == MrState.VALID) & (mr.key == key[:8]) & (mr.pd == rx.pd)
+        m.d.sync += [mr_okr.eq(ok),
+                     mr_pass.eq(ok & (mr.access & b.chk_right).any() & (mr.va <= b.chk_va)
+                                & (b.chk_end <= b.mr_end)),
+                     mr_bus.eq(b.mr_off + b.chk_va)]
         mret.back()
     with m.State("Inv-Check"):
-        with m.If(~mr_ok(key)):
+        with m.If(~mr_okr):
             nak(Syndrome.INVALID_REQUEST)
         with m.Else():
             m.next = "Scatter-Init"
     with m.State("Wmr-Check"):
-        with m.If(~mr_ok(key) | ~(mr.access & Access.REMOTE_WRITE).any() | ~covers(d.reth_va, d.reth_dma_len)):
+        with m.If(~mr_pass):
             nak(Syndrome.REMOTE_ACCESS)
         with m.Else():
-            m.d.sync += [rx.write_addr.eq(bus_address(d.reth_va)), rx.resid.eq(d.reth_dma_len),
-                         rx.write_len.eq(d.reth_dma_len)]
+            m.d.sync += [rx.write_addr.eq(mr_bus), rx.resid.eq(d.reth_dma_len), rx.write_len.eq(d.reth_dma_len)]
             m.next = "Write-Piece"
     with m.State("Write-Piece"):
         with m.If(n != 0):
             m.d.sync += [pmem[0].src.eq(res.payload_start), pmem[0].length.eq(n),
                          pmem[0].addr.eq(rx.write_addr), pmem[0].zero.eq(0), npieces.eq(1)]
         m.next = "Emit"
+    # Scatter-Fit is the first Scatter-Wait: the overlap registers see the new part, SGE and base
     with m.State("Scatter-Init"):
         total = Mux(ud, GRH_BYTES + n, off + n)
-        with m.If(total > capacity):
+        m.d.sync += [over.eq(total > capacity), sge_i.eq(0), base.eq(0)]
+        b.set_part(Mux(ud & (res.mode == LinkMode.ROCEV2_IPV4), 0, Mux(ud & (res.mode != LinkMode.IB_LOCAL), 1, 2)))
+        m.next = "Scatter-Fit"
+    with m.State("Scatter-Fit"):
+        with m.If(over):
             nak(Syndrome.INVALID_REQUEST, Mux(uc, 0, CqeStatus.LOC_LEN_ERR))
         with m.Else():
-            m.d.sync += [sge_i.eq(0), base.eq(0),
-                         part.eq(Mux(ud & (res.mode == LinkMode.ROCEV2_IPV4), 0,
-                                     Mux(ud & (res.mode != LinkMode.IB_LOCAL), 1, 2)))]
-            m.next = "Scatter-Wait"
+            m.next = "Scatter"
     with m.State("Scatter-Wait"):
         m.next = "Scatter"
     with m.State("Scatter"):
@@ -109,22 +123,23 @@ def place_states(b):
             with m.If(part == 2):
                 m.next = "Emit"
             with m.Else():
-                m.d.sync += [part.eq(part + 1), sge_i.eq(0), base.eq(0)]
+                m.d.sync += [sge_i.eq(0), base.eq(0)]
+                b.set_part((part + 1)[:2])
                 m.next = "Scatter-Wait"
         with m.Elif(lo < hi):
-            m.d.sync += [piece_len.eq(hi - lo), piece_va.eq(sge_va)]
-            read_mr(sge.lkey, "Smr-Check")
+            m.d.sync += piece_len.eq(hi - lo)
+            read_mr(sge.lkey, "Smr-Check", sge.addr + lo_rel, (hi - lo)[:16], Access.LOCAL_WRITE)
         with m.Else():
             m.d.sync += [sge_i.eq(sge_i + 1), base.eq(sge_end)]
             m.next = "Scatter-Wait"
     with m.State("Smr-Check"):
-        with m.If(~mr_ok(key) | ~(mr.access & Access.LOCAL_WRITE).any() | ~covers(piece_va, piece_len)):
+        with m.If(~mr_pass):
             nak(Syndrome.REMOTE_OP_ERR, CqeStatus.LOC_PROT_ERR)
         with m.Else():
             for i in range(_PIECES):
                 with m.If(npieces == i):
                     m.d.sync += [pmem[i].src.eq(p_src + lo - p_off), pmem[i].length.eq(piece_len),
-                                 pmem[i].addr.eq(bus_address(piece_va)), pmem[i].zero.eq(p_zero)]
+                                 pmem[i].addr.eq(mr_bus), pmem[i].zero.eq(p_zero)]
             m.d.sync += [npieces.eq(npieces + 1), sge_i.eq(sge_i + 1), base.eq(sge_end)]
             m.next = "Scatter-Wait"
     with m.State("Emit"):
@@ -155,7 +170,7 @@ def place_states(b):
                 m.d.sync += [rx.write_addr.eq(rx.write_addr + n), rx.resid.eq(rx.resid - n)]
                 m.next = "Advance"
             with m.Elif(last & op.inv):
-                host_write(mr_addr(inv_key) + 29, 1, MrState.INVALID)
+                host_write(Cat(Const(29, 5), (c.mr_base[5:] + inv_key[8:32])[:59]), 1, MrState.INVALID)
                 hret.call("Host", "Inv-Done")
             with m.Else():
                 m.d.sync += rx.recv_off.eq(off + n)

@@ -11,12 +11,12 @@ transmit side only reads payload memory, so no other engine access can fall betw
 from __future__ import annotations
 
 from amaranth import Cat, Mux, Signal
+from amaranth.lib import data
 
 from ...model.opcodes import Opcode
 from ...model.recv_records import MAX_RD_ATOMIC, RES_BYTES, Access, ResKind
 from ...model.regs import ErrBit
 from ...model.responder import RxDrop, Syndrome
-from ...model.wqe import MAX_MESSAGE
 from .resp_layouts import res_layout
 
 _RESPONSE = {(True, True): Opcode.RC_RDMA_READ_RESPONSE_ONLY, (True, False): Opcode.RC_RDMA_READ_RESPONSE_FIRST,
@@ -37,23 +37,26 @@ def _slot_index(m, head, k, count):
 
 def read_states(b):
     c = b.c
-    m, d, op, rx, ctx, mr, qpn = b.m, b.d, b.op, b.rx, b.ctx, b.mr, b.qpn
+    m, d, op, rx, ctx, qpn = b.m, b.d, b.op, b.rx, b.ctx, b.qpn
     hdata, herr, host_read, host_write, hret, read_mr = b.hdata, b.herr, b.host_read, b.host_write, b.hret, b.read_mr
-    nak, drop, bus_error, mr_ok, covers, bus_address = b.nak, b.drop, b.bus_error, b.mr_ok, b.covers, b.bus_address
+    nak, drop, bus_error, mr_pass, mr_bus = b.nak, b.drop, b.bus_error, b.mr_pass, b.mr_bus
     mtu, log_mtu, bump, respond = b.mtu, b.log_mtu, b.bump, b.respond
     rd_addr, orig, is_dup, epsn_then = b.rd_addr, b.orig, b.is_dup, b.epsn_then
     rsp_psn, rsp_left, rsp_first = b.rsp_psn, b.rsp_left, b.rsp_first
 
     length = d.reth_dma_len
-    npk = Signal(25)
-    m.d.comb += npk.eq(Mux(length == 0, 1, (length + mtu - 1) >> log_mtu))
+    npk = Signal(25)                    # registered: its inputs are loaded long before Rd-Slot
+    m.d.sync += npk.eq(Mux(length == 0, 1, (length + mtu - 1) >> log_mtu))
     slot = Signal(res_layout)
+    slot_end = Signal(65)
+    dpsn, span = Signal(24), Signal(24)
+    hit_read, hit_atomic, inside, dup_off = Signal(), Signal(), Signal(), Signal(64)
     k = Signal(3)
     count = Signal(3)
     m.d.comb += count.eq(Mux(rx.max_dest_rd_atomic > MAX_RD_ATOMIC, MAX_RD_ATOMIC, rx.max_dest_rd_atomic))
 
     def slot_addr(i):
-        return (c.res_base & ~0x1F) + (((qpn << 2) + i) << 5)
+        return (c.res_base & ~0x1F) + (Cat(i[:2], qpn) << 5)
 
     def save_slot(kind, last_psn, va, rkey, nbytes, value):
         s = Signal(res_layout, name="new_slot")
@@ -66,33 +69,33 @@ def read_states(b):
         with m.If((rx.max_dest_rd_atomic == 0) | (rx.max_dest_rd_atomic > MAX_RD_ATOMIC)):
             nak(Syndrome.INVALID_REQUEST)
         with m.Elif(op.read):
-            with m.If(length > MAX_MESSAGE):
+            with m.If(b.dma_big):
                 nak(Syndrome.INVALID_REQUEST)
-            with m.Elif(length != 0):
-                read_mr(d.reth_rkey, "Rmr-Check")
+            with m.Elif(~b.dma_zero):
+                read_mr(d.reth_rkey, "Rmr-Check", d.reth_va, length, Access.REMOTE_READ)
             with m.Else():
                 m.d.sync += rd_addr.eq(0)
                 m.next = "Rd-Slot"
         with m.Elif(d.atomic_va[:3] != 0):
             nak(Syndrome.INVALID_REQUEST)
         with m.Else():
-            read_mr(d.atomic_rkey, "Amr-Check")
+            read_mr(d.atomic_rkey, "Amr-Check", d.atomic_va, 8, Access.REMOTE_ATOMIC)
 
     with m.State("Rmr-Check"):
-        with m.If(~mr_ok(b.key) | ~(mr.access & Access.REMOTE_READ).any() | ~covers(d.reth_va, length)):
+        with m.If(~mr_pass):
             nak(Syndrome.REMOTE_ACCESS)
         with m.Else():
-            m.d.sync += rd_addr.eq(bus_address(d.reth_va))
+            m.d.sync += rd_addr.eq(mr_bus)
             m.next = "Rd-Slot"
     with m.State("Rd-Slot"):
         save_slot(ResKind.READ, d.psn + npk - 1, d.reth_va, d.reth_rkey, length, rd_addr)
 
     with m.State("Amr-Check"):
-        with m.If(~mr_ok(b.key) | ~(mr.access & Access.REMOTE_ATOMIC).any() | ~covers(d.atomic_va, 8)):
+        with m.If(~mr_pass):
             nak(Syndrome.REMOTE_ACCESS)
         with m.Else():
-            m.d.sync += rd_addr.eq(bus_address(d.atomic_va))
-            host_read(bus_address(d.atomic_va), 8)
+            m.d.sync += rd_addr.eq(mr_bus)
+            host_read(mr_bus, 8)
             hret.call("Host", "Atom-Got")
     with m.State("Atom-Got"):
         with m.If(herr):
@@ -147,7 +150,7 @@ def read_states(b):
 
     # a duplicate READ or atomic: the QP's slots, newest first
     with m.State("Dup-Init"):
-        m.d.sync += [k.eq(1), is_dup.eq(1)]
+        m.d.sync += [k.eq(1), is_dup.eq(1), b.chk_end.eq(d.reth_va + length)]
         m.next = "Dup-Next"
     with m.State("Dup-Next"):
         with m.If(k > count):
@@ -155,22 +158,31 @@ def read_states(b):
         with m.Else():
             host_read(slot_addr(_slot_index(m, rx.res_head, k, count)), RES_BYTES)
             hret.call("Host", "Dup-Got")
+    # a slot read: its sums (Dup-Got), the compares (Dup-Cmp), the verdict (Dup-Hit)
     with m.State("Dup-Got"):
-        m.d.comb += slot.eq(hdata[:8 * RES_BYTES])
-        in_range = (d.psn - slot.first_psn)[:24] <= (slot.last_psn - slot.first_psn)[:24]
-        inside = ((d.reth_rkey == slot.rkey) & (d.reth_va >= slot.va)
-                  & (d.reth_va + length <= slot.va + slot.length))
+        hs = data.View(res_layout, hdata[:8 * RES_BYTES])
+        m.d.sync += [slot.eq(hs), slot_end.eq(hs.va + hs.length), dpsn.eq(d.psn - hs.first_psn),
+                     span.eq(hs.last_psn - hs.first_psn)]
         with m.If(herr):
             bus_error()
             m.d.sync += k.eq(k + 1)
             m.next = "Dup-Next"
-        with m.Elif(op.read & (slot.kind == ResKind.READ) & in_range):
+        with m.Else():
+            m.next = "Dup-Cmp"
+    with m.State("Dup-Cmp"):
+        m.d.sync += [hit_read.eq(op.read & (slot.kind == ResKind.READ) & (dpsn <= span)),
+                     inside.eq((d.reth_rkey == slot.rkey) & (d.reth_va >= slot.va) & (b.chk_end <= slot_end)),
+                     hit_atomic.eq(op.atomic & (slot.kind == ResKind.ATOMIC) & (slot.first_psn == d.psn)),
+                     dup_off.eq(slot.data - slot.va)]
+        m.next = "Dup-Hit"
+    with m.State("Dup-Hit"):
+        with m.If(hit_read):
             with m.If(~inside):
                 drop(RxDrop.DUP_UNKNOWN)
             with m.Else():
-                m.d.sync += rd_addr.eq(slot.data + d.reth_va - slot.va)
+                m.d.sync += rd_addr.eq(dup_off + d.reth_va)
                 m.next = "Rsp-Start"
-        with m.Elif(op.atomic & (slot.kind == ResKind.ATOMIC) & (slot.first_psn == d.psn)):
+        with m.Elif(hit_atomic):
             m.d.sync += orig.eq(slot.data)
             m.next = "Atom-Ack"
         with m.Else():
