@@ -36,7 +36,7 @@ from rnic.model.qpc import CtrlOp, ServiceType
 from rnic.model.regs import REG, RX_COUNTERS
 from rnic.sim import tb as sim_tb
 from rnic.sim.harness import HostRam
-from rnic.sim.responder_cases import CASES, FAULTS, SPAN, Case
+from rnic.sim.responder_cases import CASES, FAULTS, Case, memory_differs
 from rnic.sim.responder_pair import A_QPN, REMOTE_MR, Pair
 from rnic.sim.toolchain import seed_from_env
 
@@ -144,12 +144,8 @@ class TB:
             model["ERR_QPN"] = model["ERR_INFO"] = 0
         diff = {n: (regs[n], model[n]) for n in regs if regs[n] != model[n]}
         assert not diff, f"registers (RTL, model): {diff}\nverdicts: {verdicts}"
-        for page in range(0, SPAN, 4096):
-            g, w = self.ram.read(page, 4096), b.mem.peek(page, 4096)
-            if g != w:
-                i = next(k for k in range(4096) if g[k] != w[k])
-                raise AssertionError(f"B's memory differs first at 0x{page + i:x}: got {g[i]:#04x}, model "
-                                     f"{w[i]:#04x}\nverdicts: {verdicts}")
+        differs = memory_differs(self.ram, b.mem)
+        assert not differs, f"{differs}\nverdicts: {verdicts}"
         self.dut._log.info("%s %s %s: %d frames, %d responses", case.mode.slug, case.service.name, case.fault,
                            len(case.frames), len(got))
 

@@ -37,7 +37,7 @@ from rnic.model.responder import COUNT_NAMES, RxDrop
 from rnic.sim import tb as sim_tb
 from rnic.sim import toolchain
 from rnic.sim.harness import HostRam
-from rnic.sim.responder_cases import CASES, FAULTS, SPAN, Case
+from rnic.sim.responder_cases import CASES, FAULTS, Case, memory_differs
 from rnic.sim.responder_pair import CQ_BASE, MR_BASE, QPC_BASE, RES_BASE
 from rnic.sim.rx_top import TOP_COUNTS, RxTop
 
@@ -149,12 +149,8 @@ class TB:
         assert (int(dut.err_status.value), int(dut.err_qpn.value), int(dut.err_info.value)) == (
             b.engine.regs["ERR_STATUS"], b.engine.regs["ERR_QPN"] if b.engine.regs["ERR_STATUS"] else 0,
             b.engine.regs["ERR_INFO"] if b.engine.regs["ERR_STATUS"] else 0), verdicts
-        for page in range(0, SPAN, 4096):
-            g, w = self.ram.read(page, 4096), b.mem.peek(page, 4096)
-            if g != w:
-                i = next(k for k in range(4096) if g[k] != w[k])
-                raise AssertionError(f"B's memory differs first at 0x{page + i:x}: got {g[i]:#04x}, model "
-                                     f"{w[i]:#04x}\nverdicts: {verdicts}")
+        differs = memory_differs(self.ram, b.mem)
+        assert not differs, f"{differs}\nverdicts: {verdicts}"
         self.dut._log.info("%d frames, %d responses: %s", len(case.frames), len(got),
                            {o: sum(1 for v in b.resp.verdicts if v.outcome.value == o)
                             for o in ("executed", "duplicate", "nak", "rnr", "dropped")})

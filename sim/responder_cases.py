@@ -13,7 +13,7 @@ from ..model.qpc import ServiceType
 from ..model.wqe import Wqe, WqeFlags, WqeOpcode
 from .responder_pair import A_QPN, B_QPN, LOCAL_DATA, RCQ_RING, RECV_MR, REMOTE_MR, RQ_BASE, Pair
 
-__all__ = ["Case", "FAULTS", "CASES", "SPAN"]
+__all__ = ["Case", "FAULTS", "CASES", "SPAN", "memory_differs"]
 
 FAULTS = ("none", "link", "dup", "keys", "buffers", "rnr", "bus", "cq")
 SPAN = 0x240000                     # B's memory that the comparisons cover (tables, rings, both MRs)
@@ -159,3 +159,13 @@ class Case:
                 out.append((f, False))
             i += 1
         return out
+
+
+def memory_differs(ram, mem, span: int = SPAN) -> str | None:
+    """Where the RTL's RAM (``read(addr, n)``) first differs from the model's host memory below ``span``."""
+    for page in range(0, span, 4096):
+        g, w = ram.read(page, 4096), mem.peek(page, 4096)
+        if g != w:
+            i = next(k for k in range(4096) if g[k] != w[k])
+            return f"B's memory differs first at 0x{page + i:x}: got {g[i]:#04x}, model {w[i]:#04x}"
+    return None
