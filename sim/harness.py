@@ -48,10 +48,10 @@ def clock_now() -> int:
 class HostRam:
     """AxiRam holding a workload's memory image, with its bus-error ranges, random latency and ready."""
 
-    def __init__(self, dut, rng: random.Random):
+    def __init__(self, dut, rng: random.Random, prefix: str = "m_axi"):
         from cocotbext.axi import AxiBus, AxiRam
-        logging.getLogger(f"cocotb.{dut._name}.m_axi").setLevel(logging.ERROR)
-        self.ram = AxiRam(AxiBus.from_prefix(dut, "m_axi", bus_separator="__"), dut.clk, dut.rst, size=MEM_SIZE)
+        logging.getLogger(f"cocotb.{dut._name}.{prefix}").setLevel(logging.ERROR)
+        self.ram = AxiRam(AxiBus.from_prefix(dut, prefix, bus_separator="__"), dut.clk, dut.rst, size=MEM_SIZE)
         self.rng, self.dut = rng, dut
         self.mem = HostMemory()
         self.latency = (0, 0)
