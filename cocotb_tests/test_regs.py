@@ -82,11 +82,11 @@ class TB:
         self.eng = EngineModel(HostMemory())    # its registers, _error and _cq_event are the reference
         self.regs = self.eng.regs
         self.regs.on_write = self._action
-        self.want_db, self.want_cq, self.want_cmd = [], [], []   # actions in write order
-        self.db, self.cq, self.cmd = (sim_tb.StreamSink(dut, name, decode=lambda p, f=_fields(layout): _unpack(f, p))
-                                      for name, layout in (("doorbell", doorbell_layout),
-                                                           ("cq_doorbell", cq_doorbell_layout),
-                                                           ("qpc_cmd", qpc_cmd_layout)))
+        self.want_db, self.want_cq, self.want_cmd, self.want_rq = [], [], [], []   # actions in write order
+        self.db, self.cq, self.cmd, self.rq = (
+            sim_tb.StreamSink(dut, name, decode=lambda p, f=_fields(layout): _unpack(f, p))
+            for name, layout in (("doorbell", doorbell_layout), ("cq_doorbell", cq_doorbell_layout),
+                                 ("qpc_cmd", qpc_cmd_layout), ("rq_doorbell", doorbell_layout)))
         self.cmd_busy = self.cmd_result = 0     # driven on qpc_cmd_busy / qpc_cmd_result
         self.idle = 1
         sim_tb.start_clock(dut)
@@ -105,7 +105,7 @@ class TB:
             logging.getLogger(f"cocotb.{d._name}.s_axil").setLevel(logging.WARNING)
             self.axil = AxiLiteMaster(AxiLiteBus.from_prefix(d, "s_axil", bus_separator="__"), d.clk, d.rst)
         await sim_tb.reset(d, 3)
-        for sink in (self.db, self.cq, self.cmd):
+        for sink in (self.db, self.cq, self.cmd, self.rq):
             sink.rng = random.Random(self.rng.randrange(1 << 30))
             sink.start()
 
@@ -116,6 +116,8 @@ class TB:
             self.regs["DB_COUNT"] = self.regs["DB_COUNT"] + 1
         elif reg.name == "CQ_DB_CI":
             self.want_cq.append((self.regs["CQ_DB_CQN"], value))
+        elif reg.name == "DB_RQ_PI":
+            self.want_rq.append((self.regs["DB_QPN"], value))
         elif reg.name == "QPC_CMD" and value in (1, 2):        # 1 INVALIDATE, 2 FLUSH; 0, 3 nothing
             self.want_cmd.append((value, self.regs["QPC_CMD_QPN"]))
 
@@ -173,7 +175,7 @@ class TB:
 
     def queues_empty(self):
         return all(len(sink.items) >= len(want) for sink, want in
-                   ((self.db, self.want_db), (self.cq, self.want_cq), (self.cmd, self.want_cmd)))
+                   ((self.db, self.want_db), (self.cq, self.want_cq), (self.cmd, self.want_cmd), (self.rq, self.want_rq)))
 
     async def check(self, offset, what=""):
         if offset == REG["STATUS"].offset and self.idle and not self.queues_empty():
@@ -194,7 +196,7 @@ class TB:
     async def drain_doorbells(self, timeout=2000):
         """Wait for every expected doorbell / QPC command; then exactly those, in write order."""
         pairs = ((self.db, self.want_db, "doorbells"), (self.cq, self.want_cq, "CQ doorbells"),
-                 (self.cmd, self.want_cmd, "QPC commands"))
+                 (self.cmd, self.want_cmd, "QPC commands"), (self.rq, self.want_rq, "RQ doorbells"))
         for _ in range(timeout):
             if all(len(sink.items) >= len(want) for sink, want, _ in pairs):
                 break
