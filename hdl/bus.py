@@ -13,6 +13,8 @@ from amaranth import Array, Cat, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from .prim import round_robin
+
 __all__ = ["AXI4Signature", "AXI4LiteSignature", "AXIStreamSignature",
            "packet_layout", "PacketStream", "stream_to_axis", "axis_to_stream", "skid_stage", "skid_arbiter"]
 
@@ -178,13 +180,7 @@ def skid_arbiter(m: Module, inputs, out_ready, name):
     held = [Signal(name=f"{name}_held{i}") for i in range(n)]
     held_data = [Signal(shape, name=f"{name}_held{i}_data", reset_less=True) for i in range(n)]
     cand = Cat(*(h | v for h, (v, _, _) in zip(held, inputs)))
-    sel = Signal(range(n), name=f"{name}_sel")
-    with m.Switch(last):
-        for j in range(n):
-            with m.Case(j):
-                for k in reversed(range(1, n + 1)):
-                    with m.If(cand[(j + k) % n]):
-                        m.d.comb += sel.eq((j + k) % n)
+    sel, _ = round_robin(m, f"{name}_sel", list(cand), last)
     load = ~full | out_ready
     for i, (h, hd, (valid, ready, payload)) in enumerate(zip(held, held_data, inputs)):
         m.d.comb += ready.eq(~h)

@@ -8,7 +8,7 @@ error the model (:meth:`rnic.model.engine.EngineModel._complete`) reports is rep
 same order, one per clock on ``err``.
 """
 
-from amaranth import Array, Cat, Const, Module, Mux, Signal
+from amaranth import Array, Const, Module, Mux, Signal
 from amaranth.hdl import Assert
 from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.wiring import In, Out
@@ -16,7 +16,7 @@ from amaranth.lib.wiring import In, Out
 from ..model.regs import ErrBit
 from ..model.wqe import CQE_FLAG_SQ, CQE_FIELDS, CQC_FIELDS, CqeStatus, CqState
 from .bus import AXI4Signature
-from .prim import by_state
+from .prim import by_state, round_robin
 
 __all__ = ["CqOp", "cq_cmd_layout", "err_layout", "CqeWriter", "CqClientSignature", "CqShare", "connect_writer"]
 
@@ -334,16 +334,7 @@ class CqShare(wiring.Component):
         busy = Signal()
         owner = Signal(range(n))
         last = Signal(range(n))
-        # the first waiting client after ``last``
-        sel = Signal(range(n))
-        valid = Cat(*(c.cmd.valid for c in clients))
-        with m.Switch(last):
-            for j in range(n):
-                with m.Case(j):
-                    for k in reversed(range(1, n + 1)):
-                        with m.If(valid[(j + k) % n]):
-                            m.d.comb += sel.eq((j + k) % n)
-        any_valid = valid.any()
+        sel, any_valid = round_robin(m, "cq_sel", [c.cmd.valid for c in clients], last)
         m.d.comb += [w.cmd.valid.eq(~busy & any_valid),
                      w.cmd.payload.eq(Array(c.cmd.payload for c in clients)[sel])]
         for i, c in enumerate(clients):

@@ -20,7 +20,7 @@ from amaranth.utils import ceil_log2
 
 from .bus import AXI4Signature
 from .fifo import CreditFIFO
-from .prim import replicas
+from .prim import replicas, round_robin
 
 __all__ = ["BW_WINDOW", "AxiInterconnect"]
 
@@ -28,29 +28,6 @@ __all__ = ["BW_WINDOW", "AxiInterconnect"]
 BW_WINDOW = 1024
 
 _ADDR_FIELDS = ("addr", "len", "size", "burst", "lock", "cache", "prot")
-
-
-def _round_robin(m, name, reqs, last, urgent=(), last_o=None):
-    """Index of the first requester after ``last`` (cyclically), and whether there is any. With
-    ``urgent`` (indices), an urgent requester wins over every other: round robin among the urgent
-    ones after ``last`` (the last urgent grant), else among all after ``last_o`` (the last other
-    grant), so that urgent grants in between do not reset the others' turn."""
-    if urgent:
-        pick_u, any_u = _round_robin(m, f"{name}_u", [r if i in urgent else Const(0) for i, r in enumerate(reqs)], last)
-        pick_a, any_a = _round_robin(m, f"{name}_a", reqs, last_o)
-        return Mux(any_u, pick_u, pick_a), any_a
-    n = len(reqs)
-    pick = Signal(range(max(n, 2)), name=f"{name}_pick")
-    with m.Switch(last):
-        for prev in range(n):
-            with m.Case(prev):
-                order = [(prev + 1 + k) % n for k in range(n)]
-                with m.If(reqs[order[0]]):
-                    m.d.comb += pick.eq(order[0])
-                for i in order[1:]:
-                    with m.Elif(reqs[i]):
-                        m.d.comb += pick.eq(i)
-    return pick, Cat(*reqs).any()
 
 
 def _is_pow2(v):
@@ -224,10 +201,10 @@ class AxiInterconnect(wiring.Component):
                             m.d.sync += beats.eq(bufs[i]["len"] + 1)
             bvalid_next = [Mux(getattr(s, ch + "valid") & ~bvalid[i], 1, bvalid[i] & ~take[i])
                            for i, s in enumerate(ms)]
-            pick_next, any_next = _round_robin(m, f"{ch}_next", bvalid_next,
+            pick_next, any_next = round_robin(m, f"{ch}_next", bvalid_next,
                                                Mux(load & anyreq & is_urgent, pick, last), urgent,
                                                Mux(load & anyreq & ~is_urgent, pick, last_o))
-            pick_now, any_now = _round_robin(m, f"{ch}_now", bvalid, last, urgent, last_o)
+            pick_now, any_now = round_robin(m, f"{ch}_now", bvalid, last, urgent, last_o)
             m.d.sync += [pick.eq(pick_next), anyreq.eq(any_next),
                          Assert((anyreq == any_now) & (~any_now | (pick == pick_now)),
                                 f"interconnect: {ch} registered pick\n")]

@@ -42,7 +42,7 @@ from functools import reduce
 
 from amaranth import Cat, ClockSignal, Const, Instance, Mux, Signal
 
-__all__ = ["BLOCK_RAM", "block_read", "by_state", "late_select", "lut4", "lut4_init", "outreg_ram", "pairwise_eq",
+__all__ = ["BLOCK_RAM", "block_read", "by_state", "round_robin", "late_select", "lut4", "lut4_init", "outreg_ram", "pairwise_eq",
            "replica", "replicas", "xor_lut4"]
 
 #: ``Memory(attrs=BLOCK_RAM)``: block RAM even where yosys would pick LUT RAM, and no read-first
@@ -250,3 +250,26 @@ def outreg_ram(m, platform, name, *, width, depth, w_addr, w_data, w_en, r_addr,
             **{f"o_DOB{k}": dout[18 + k] if wide else dout[k] for k in range(18)},
         )
     return out
+
+
+def round_robin(m, name, reqs, last, urgent=(), last_o=None):
+    """Index of the first requester after ``last`` (cyclically), and whether there is any. With
+    ``urgent`` (indices), an urgent requester wins over every other: round robin among the urgent
+    ones after ``last`` (the last urgent grant), else among all after ``last_o`` (the last other
+    grant), so that urgent grants in between do not reset the others' turn."""
+    if urgent:
+        pick_u, any_u = round_robin(m, f"{name}_u", [r if i in urgent else Const(0) for i, r in enumerate(reqs)], last)
+        pick_a, any_a = round_robin(m, f"{name}_a", reqs, last_o)
+        return Mux(any_u, pick_u, pick_a), any_a
+    n = len(reqs)
+    pick = Signal(range(max(n, 2)), name=f"{name}_pick")
+    with m.Switch(last):
+        for prev in range(n):
+            with m.Case(prev):
+                order = [(prev + 1 + k) % n for k in range(n)]
+                with m.If(reqs[order[0]]):
+                    m.d.comb += pick.eq(order[0])
+                for i in order[1:]:
+                    with m.Elif(reqs[i]):
+                        m.d.comb += pick.eq(i)
+    return pick, Cat(*reqs).any()
