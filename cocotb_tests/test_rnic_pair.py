@@ -13,22 +13,20 @@ byte, both engines' memory (after a QPC_CMD FLUSH on each) and receive counters.
 
 from __future__ import annotations
 
-import logging
 import random
 from pathlib import Path
 
 import cocotb
 import pytest
 from cocotb.triggers import ClockCycles
-from cocotbext.axi import AxiLiteBus, AxiLiteMaster, AxiStreamBus, AxiStreamSink, AxiStreamSource
 
 from rnic.model.config import RnicConfig
 from rnic.model.descriptor import LinkMode
 from rnic.model.qpc import CtrlOp, ServiceType
-from rnic.model.regs import REG, RX_COUNTERS
+from rnic.model.regs import RX_COUNTERS
 from rnic.model.wqe import Wqe, WqeFlags, WqeOpcode
 from rnic.sim import tb as sim_tb
-from rnic.sim.harness import HostRam
+from rnic.sim.harness import EnginePorts
 from rnic.sim.responder_cases import memory_differs
 from rnic.sim.responder_pair import A_QPN, LOCAL_DATA, REMOTE_MR, Pair
 from rnic.sim.toolchain import seed_from_env
@@ -36,25 +34,13 @@ from rnic.sim.toolchain import seed_from_env
 STALL = 40_000
 
 
-class Side:
-    """One engine of the pair: its RAM, register port and frame ports."""
+class Side(EnginePorts):
+    """One engine of the pair, and the frames it has sent."""
 
     def __init__(self, dut, name: str, rng: random.Random):
+        super().__init__(dut, rng, prefix=f"{name}__")
         self.name = name
-        for port in ("s_axil", "m_axis", "s_axis"):
-            logging.getLogger(f"cocotb.{dut._name}.{name}__{port}").setLevel(logging.WARNING)
-        self.ram = HostRam(dut, rng, prefix=f"{name}__m_axi")
-        self.axil = AxiLiteMaster(AxiLiteBus.from_prefix(dut, f"{name}__s_axil", bus_separator="__"), dut.clk, dut.rst)
-        self.sink = AxiStreamSink(AxiStreamBus.from_prefix(dut, f"{name}__m_axis", bus_separator="__"), dut.clk, dut.rst)
-        self.source = AxiStreamSource(AxiStreamBus.from_prefix(dut, f"{name}__s_axis", bus_separator="__"), dut.clk,
-                                      dut.rst)
         self.sent: list[bytes] = []
-
-    async def reg(self, name: str) -> int:
-        return await self.axil.read_dword(REG[name].offset)
-
-    async def write(self, name: str, value: int) -> None:
-        await self.axil.write_dword(REG[name].offset, value)
 
 
 async def _link(src: Side, dst: Side):

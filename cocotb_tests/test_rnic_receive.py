@@ -19,7 +19,6 @@ and service (default 1).
 
 from __future__ import annotations
 
-import logging
 import os
 import random
 from pathlib import Path
@@ -27,7 +26,7 @@ from types import SimpleNamespace
 
 import cocotb
 from cocotb.triggers import ClockCycles
-from cocotbext.axi import AxiLiteBus, AxiLiteMaster, AxiStreamBus, AxiStreamFrame, AxiStreamSink, AxiStreamSource
+from cocotbext.axi import AxiStreamFrame
 
 from rnic.model.config import RnicConfig
 from rnic.model.descriptor import LinkMode
@@ -35,7 +34,7 @@ from rnic.model.opcodes import Opcode
 from rnic.model.qpc import CtrlOp, ServiceType
 from rnic.model.regs import REG, RX_COUNTERS
 from rnic.sim import tb as sim_tb
-from rnic.sim.harness import HostRam
+from rnic.sim.harness import EnginePorts
 from rnic.sim.responder_cases import CASES, FAULTS, Case, memory_differs
 from rnic.sim.responder_pair import A_QPN, REMOTE_MR, Pair
 from rnic.sim.toolchain import seed_from_env
@@ -48,21 +47,13 @@ ENGINE_COUNTERS = ("PKT_COUNT", "BYTE_COUNT", "CQE_COUNT", "CQE_DROPS", "WQE_ERR
 ERR_REGS = ("ERR_STATUS", "ERR_QPN", "ERR_INFO")
 
 
-class TB:
+class TB(EnginePorts):
     def __init__(self, dut, seed: int):
         self.dut = dut
         self.rng = random.Random(seed)
         dut._log.info("seed %d (rerun with RNIC_SEED=%d)", seed, seed)
         sim_tb.start_clock(dut)
-        for name in ("s_axil", "m_axis", "s_axis"):
-            logging.getLogger(f"cocotb.{dut._name}.{name}").setLevel(logging.WARNING)
-        self.axil = AxiLiteMaster(AxiLiteBus.from_prefix(dut, "s_axil", bus_separator="__"), dut.clk, dut.rst)
-        self.sink = AxiStreamSink(AxiStreamBus.from_prefix(dut, "m_axis", bus_separator="__"), dut.clk, dut.rst)
-        self.source = AxiStreamSource(AxiStreamBus.from_prefix(dut, "s_axis", bus_separator="__"), dut.clk, dut.rst)
-        self.ram = HostRam(dut, self.rng)
-
-    async def reg(self, name: str) -> int:
-        return await self.axil.read_dword(REG[name].offset)
+        super().__init__(dut, self.rng)
 
     async def start(self, case: Case):
         b = case.pair.b

@@ -5,21 +5,19 @@ for byte. Writes ``$RNIC_BENCH`` (JSON)."""
 from __future__ import annotations
 
 import json
-import logging
 import os
 import random
 
 import cocotb
 from cocotb.triggers import ClockCycles, RisingEdge
-from cocotbext.axi import AxiLiteBus, AxiLiteMaster, AxiStreamBus, AxiStreamFrame, AxiStreamSink, AxiStreamSource
+from cocotbext.axi import AxiStreamFrame
 
 from ..model.descriptor import LinkMode
 from ..model.opcodes import Opcode
 from ..model.qpc import ServiceType
-from ..model.regs import REG
 from ..model.wqe import Wqe, WqeFlags, WqeOpcode
 from . import tb as sim_tb
-from .harness import HostRam
+from .harness import EnginePorts
 from .responder_pair import A_QPN, LOCAL_DATA, REMOTE_MR, Pair
 
 MEMORY_LATENCY = 50
@@ -54,16 +52,11 @@ def _frames(pair: Pair, op, n: int, count: int) -> list[bytes]:
     return frames
 
 
-class Bench:
+class Bench(EnginePorts):
     def __init__(self, dut):
         self.dut = dut
         sim_tb.start_clock(dut)
-        for name in ("s_axil", "m_axis", "s_axis"):
-            logging.getLogger(f"cocotb.{dut._name}.{name}").setLevel(logging.WARNING)
-        self.ram = HostRam(dut, random.Random(1))
-        self.axil = AxiLiteMaster(AxiLiteBus.from_prefix(dut, "s_axil", bus_separator="__"), dut.clk, dut.rst)
-        self.source = AxiStreamSource(AxiStreamBus.from_prefix(dut, "s_axis", bus_separator="__"), dut.clk, dut.rst)
-        self.sink = AxiStreamSink(AxiStreamBus.from_prefix(dut, "m_axis", bus_separator="__"), dut.clk, dut.rst)
+        super().__init__(dut, random.Random(1))
         self.clock = 0
         self.starts: list[int] = []         # clock of each response frame's first beat
         self.beats: list[int] = []          # clock of every response beat
@@ -79,9 +72,6 @@ class Bench:
                     self.starts.append(self.clock)
                 self.beats.append(self.clock)
                 in_frame = not d.m_axis__tlast.value
-
-    async def reg(self, name):
-        return await self.axil.read_dword(REG[name].offset)
 
     async def setup(self, pair: Pair):
         b = pair.b

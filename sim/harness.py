@@ -23,7 +23,7 @@ from . import tb as _tb
 from .scenario import CHECKED_REGS, MEM_SIZE, compare, expected
 from .tb import set_pause
 
-__all__ = ["CLOCK_NS", "clock_now", "HostRam", "EngineHarness", "TB", "RunResult", "FrameTimes", "FrameClock"]
+__all__ = ["CLOCK_NS", "clock_now", "HostRam", "EnginePorts", "EngineHarness", "TB", "RunResult", "FrameTimes", "FrameClock"]
 
 CLOCK_NS = _tb.CLK_NS
 
@@ -106,6 +106,28 @@ class HostRam:
 
     def read(self, addr, n):
         return self.ram.read(addr, n)
+
+
+class EnginePorts:
+    """One whole engine's ports under cocotbext-axi models: host memory (:class:`HostRam`, ``ram``), the
+    register port (``axil``), the frame output (``sink``) and the frame input (``source``). ``prefix``
+    names one engine of a top that holds several (``"a__"``)."""
+
+    def __init__(self, dut, rng: random.Random, prefix: str = ""):
+        from cocotbext.axi import AxiLiteBus, AxiLiteMaster, AxiStreamBus, AxiStreamSink, AxiStreamSource
+        for port in ("s_axil", "m_axis", "s_axis"):
+            logging.getLogger(f"cocotb.{dut._name}.{prefix}{port}").setLevel(logging.WARNING)
+        self.ram = HostRam(dut, rng, prefix=f"{prefix}m_axi")
+        bus = {port: AxiStreamBus.from_prefix(dut, f"{prefix}{port}", bus_separator="__") for port in ("m_axis", "s_axis")}
+        self.axil = AxiLiteMaster(AxiLiteBus.from_prefix(dut, f"{prefix}s_axil", bus_separator="__"), dut.clk, dut.rst)
+        self.sink = AxiStreamSink(bus["m_axis"], dut.clk, dut.rst)
+        self.source = AxiStreamSource(bus["s_axis"], dut.clk, dut.rst)
+
+    async def reg(self, name: str) -> int:
+        return await self.axil.read_dword(REG[name].offset)
+
+    async def write(self, name: str, value: int) -> None:
+        await self.axil.write_dword(REG[name].offset, value)
 
 
 class EngineHarness:

@@ -7,13 +7,12 @@ frames, out) and writes ``out`` (JSON)."""
 from __future__ import annotations
 
 import json
-import logging
 import os
 import random
 
 import cocotb
 from cocotb.triggers import ClockCycles
-from cocotbext.axi import AxiLiteBus, AxiLiteMaster, AxiStreamBus, AxiStreamFrame, AxiStreamSink, AxiStreamSource
+from cocotbext.axi import AxiStreamFrame
 
 from ..model.frames import parse_frame
 from ..model.pcap import read_pcap
@@ -22,7 +21,7 @@ from ..model.receive import DropReason
 from ..model.regs import REG, RX_COUNTERS
 from ..model.responder import COUNT_NAMES, RxDrop
 from . import tb as sim_tb
-from .harness import HostRam
+from .harness import EnginePorts
 from .respond_scenario import load_respond_scenario
 
 #: the RTL's outcome of a frame, from which counter moved
@@ -39,20 +38,7 @@ def model_kind(v) -> str:
     return v.outcome.value
 
 
-class _Dut:
-    def __init__(self, dut, rng):
-        self.dut = dut
-        sim_tb.start_clock(dut)
-        for name in ("s_axil", "m_axis", "s_axis"):
-            logging.getLogger(f"cocotb.{dut._name}.{name}").setLevel(logging.WARNING)
-        self.axil = AxiLiteMaster(AxiLiteBus.from_prefix(dut, "s_axil", bus_separator="__"), dut.clk, dut.rst)
-        self.source = AxiStreamSource(AxiStreamBus.from_prefix(dut, "s_axis", bus_separator="__"), dut.clk, dut.rst)
-        self.sink = AxiStreamSink(AxiStreamBus.from_prefix(dut, "m_axis", bus_separator="__"), dut.clk, dut.rst)
-        self.ram = HostRam(dut, rng)
-
-    async def reg(self, name):
-        return await self.axil.read_dword(REG[name].offset)
-
+class _Dut(EnginePorts):
     async def counters(self):
         """The receive counters: stateless drops, responder drops, responder events."""
         v = {n: await self.reg(n) for n in _NAMES}
@@ -65,6 +51,7 @@ async def respond(dut):
     job = json.loads(open(os.environ["RNIC_RESPOND"]).read())
     node = load_respond_scenario(job["scenario"])
     _, frames = read_pcap(job["frames"])
+    sim_tb.start_clock(dut)
     t = _Dut(dut, random.Random(node.seed))
     before = {p: bytes(c) for p, c in node.mem.pages.items()}
     t.ram.load(node.mem, fixed_latency=job.get("latency", 20))
