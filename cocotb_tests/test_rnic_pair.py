@@ -73,7 +73,8 @@ async def _case(dut, rng, a: Side, b: Side, mode: LinkMode, service: ServiceType
     if service != ServiceType.UD:
         ops += [WqeOpcode.RDMA_WRITE, WqeOpcode.RDMA_WRITE_WITH_IMM]
     if service == ServiceType.RC:
-        ops += [WqeOpcode.RDMA_READ]
+        ops += [WqeOpcode.RDMA_READ, WqeOpcode.ATOMIC_CMP_SWAP, WqeOpcode.ATOMIC_FETCH_ADD]
+    pair.b.mem.poke(REMOTE_MR[4], rng.randbytes(0x10000))          # what READs and atomics find
     n_msgs = rng.randint(4, 10)
     wqes = []
     for i in range(n_msgs):
@@ -84,8 +85,13 @@ async def _case(dut, rng, a: Side, b: Side, mode: LinkMode, service: ServiceType
         va = REMOTE_MR[2] + rng.randrange(REMOTE_MR[3] - n)
         if op in (WqeOpcode.SEND, WqeOpcode.SEND_WITH_IMM, WqeOpcode.RDMA_WRITE_WITH_IMM):
             pair.post_recv(1000 + i, 4 * mtu, offset=0x1000 * i)
+        atomic = {}
+        if op in (WqeOpcode.ATOMIC_CMP_SWAP, WqeOpcode.ATOMIC_FETCH_ADD):
+            n, va = 8, REMOTE_MR[2] + rng.randrange(0, 0x10000, 8)
+            old = int.from_bytes(pair.b.mem.peek(pair.remote(va), 8), "little")
+            atomic = dict(compare_add=old if rng.random() < 0.5 else rng.getrandbits(64), swap=rng.getrandbits(64))
         wqes.append(Wqe(opcode=op, length=n, local_addr=local, rkey=pair.rkey, remote_addr=va,
-                        imm=rng.getrandbits(32), flags=WqeFlags.SIGNALED, wr_id=i))
+                        imm=rng.getrandbits(32), flags=WqeFlags.SIGNALED, wr_id=i, **atomic))
     if service == ServiceType.UD:           # UD: the destination in every WQE
         ud = pair.a.driver.qp(A_QPN)
         wqes = [Wqe(opcode=w.opcode, length=w.length, local_addr=w.local_addr, imm=w.imm, flags=w.flags,

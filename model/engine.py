@@ -34,7 +34,7 @@ from .wqe import (CQ_RECORD_BYTES, CQE_BYTES, MAX_MESSAGE, WQE_BYTES, Cqe, CqCon
 
 __all__ = ["HostMemory", "ERROR_ALIGN", "PAGE", "sq_slot", "split_bursts", "SgidEntry", "RegisterSettings", "TxPacket",
            "CqeWrite", "IrqEvent", "EngineModel", "Driver", "bth_opcode", "PSN_MASK", "MAX_LOG_RING",
-           "BTH_BASE", "SEND_OPS", "IMM_OPS", "ALLOWED_OPS"]
+           "BTH_BASE", "SEND_OPS", "IMM_OPS", "ATOMIC_OPS", "ATOMIC_LEN", "REQUEST_OPS", "ALLOWED_OPS"]
 
 PAGE = 4096
 ERROR_ALIGN = 64            # injected bus-error ranges are aligned to the widest data bus (bytes)
@@ -213,8 +213,13 @@ SEND_OPS = frozenset({WqeOpcode.SEND, WqeOpcode.SEND_WITH_IMM})
 _WRITE_OPS = frozenset({WqeOpcode.RDMA_WRITE, WqeOpcode.RDMA_WRITE_WITH_IMM})
 #: WQE opcodes whose last packet carries immediate data.
 IMM_OPS = frozenset({WqeOpcode.SEND_WITH_IMM, WqeOpcode.RDMA_WRITE_WITH_IMM})
+#: The atomic WQE opcodes and their BTH opcodes: one request packet with an AtomicETH, no payload.
+ATOMIC_OPS = {WqeOpcode.ATOMIC_CMP_SWAP: Opcode.RC_COMPARE_SWAP, WqeOpcode.ATOMIC_FETCH_ADD: Opcode.RC_FETCH_ADD}
+ATOMIC_LEN = 8              # an atomic WQE's length: the 8-byte operand (any other is LOC_LEN_ERR)
+#: WQE opcodes that send one request packet and no payload, whatever their length.
+REQUEST_OPS = frozenset({WqeOpcode.RDMA_READ, *ATOMIC_OPS})
 #: The WQE opcodes each service accepts (any other one completes with LOC_QP_OP_ERR).
-ALLOWED_OPS = {ServiceType.RC: SEND_OPS | _WRITE_OPS | {WqeOpcode.RDMA_READ},
+ALLOWED_OPS = {ServiceType.RC: SEND_OPS | _WRITE_OPS | REQUEST_OPS,
                ServiceType.UC: SEND_OPS | _WRITE_OPS, ServiceType.UD: SEND_OPS}
 
 
@@ -222,6 +227,8 @@ def bth_opcode(service: int, op: int, first: bool, last: bool) -> Opcode:
     """The BTH opcode of one packet of a ``op`` message on a ``service`` QP."""
     if op == WqeOpcode.RDMA_READ:
         return Opcode.RC_RDMA_READ_REQUEST
+    if op in ATOMIC_OPS:
+        return ATOMIC_OPS[op]
     low = 0x00 if op in SEND_OPS else 0x06
     imm = op in IMM_OPS
     if first and last:
@@ -561,8 +568,10 @@ class EngineModel:
                 and ctx.sgid_index < SGID_ENTRIES and ctx.path_mtu <= self.max_mtu):
             return CqeStatus.LOC_QP_OP_ERR
         inline = wqe.flags & WqeFlags.INLINE
-        if wqe.opcode not in ALLOWED_OPS[ServiceType(ctx.service)] or (inline and wqe.opcode == WqeOpcode.RDMA_READ):
+        if wqe.opcode not in ALLOWED_OPS[ServiceType(ctx.service)] or (inline and wqe.opcode in REQUEST_OPS):
             return CqeStatus.LOC_QP_OP_ERR
+        if wqe.opcode in ATOMIC_OPS and wqe.length != ATOMIC_LEN:
+            return CqeStatus.LOC_LEN_ERR
         if wqe.length > MAX_MESSAGE or (inline and wqe.length > inline_capacity(self._sq_ud(ctx))):
             return CqeStatus.LOC_LEN_ERR
         if ctx.service == ServiceType.UD and wqe.length > PathMtu(ctx.path_mtu).bytes:
@@ -584,8 +593,9 @@ class EngineModel:
             entry.wqe, entry.offset = wqe, 0
         wqe = entry.wqe
         mtu = PathMtu(ctx.path_mtu).bytes
-        if wqe.opcode == WqeOpcode.RDMA_READ:
-            self._emit(entry, ctx, wqe, True, True, b"", psns=max(1, -(-wqe.length // mtu)))
+        if wqe.opcode in REQUEST_OPS:
+            psns = max(1, -(-wqe.length // mtu)) if wqe.opcode == WqeOpcode.RDMA_READ else 1
+            self._emit(entry, ctx, wqe, True, True, b"", psns=psns)
             self._retire_ok(entry, ctx, wqe)
             return 1
         steps = 0
@@ -643,6 +653,8 @@ class EngineModel:
         ud = ctx.service == ServiceType.UD
         op = bth_opcode(ctx.service, wqe.opcode, first, last)
         has_reth = wqe.opcode == WqeOpcode.RDMA_READ or (wqe.opcode in _WRITE_OPS and first)
+        atomic = wqe.opcode in ATOMIC_OPS
+        swap = wqe.compare_add if wqe.opcode == WqeOpcode.ATOMIC_FETCH_ADD else wqe.swap
         solicited = bool(wqe.flags & WqeFlags.SOLICITED) and last and (
             wqe.opcode in SEND_OPS or wqe.opcode == WqeOpcode.RDMA_WRITE_WITH_IMM)
         desc = self.path_desc(
@@ -652,6 +664,9 @@ class EngineModel:
             dest_qp=wqe.dest_qpn if ud else ctx.dest_qpn, ackreq=int(last),
             reth_va=wqe.remote_addr if has_reth else 0, reth_rkey=wqe.rkey if has_reth else 0,
             reth_dma_len=wqe.length if has_reth else 0,
+            atomic_va=wqe.remote_addr if atomic else 0, atomic_rkey=wqe.rkey if atomic else 0,
+            atomic_swap=swap if atomic else 0,
+            atomic_compare=wqe.compare_add if wqe.opcode == WqeOpcode.ATOMIC_CMP_SWAP else 0,
             imm=wqe.imm if last and wqe.opcode in IMM_OPS else 0,
             deth_qkey=(ctx.qkey if wqe.qkey >> 31 else wqe.qkey) if ud else 0, deth_src_qp=entry.qpn if ud else 0,
         )

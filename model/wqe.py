@@ -41,8 +41,8 @@ class WqeOpcode(enum.IntEnum):
     RDMA_WRITE = 0x03
     RDMA_WRITE_WITH_IMM = 0x04
     RDMA_READ = 0x05
-    ATOMIC_CMP_SWAP = 0x06       # reserved: encoding and fields defined, rejected by this engine
-    ATOMIC_FETCH_ADD = 0x07      # reserved
+    ATOMIC_CMP_SWAP = 0x06       # RC: compare ``compare_add``, swap in ``swap``; length 8
+    ATOMIC_FETCH_ADD = 0x07      # RC: add ``compare_add``; length 8
     SEND_WITH_INV = 0x08         # reserved (the invalidate R_Key goes in ``imm``)
 
 

@@ -109,20 +109,22 @@ class Case:
             self.frames = [(fr, False) for fr in self.frames]
 
     def atomic(self, op):
-        """An atomic request frame from A at A's next PSN (A's transmit side does not send atomics yet)."""
+        """A's atomic WQE, sent by A's transmit side: some misaligned (NAK 0x61) or with a bad R_Key."""
         rng, pair = self.rng, self.pair
-        ctx = pair.a.driver.qp(A_QPN)
         va = REMOTE_MR[2] + rng.randrange(0, REMOTE_MR[3] - 8, 8)
         if rng.random() < 0.08 * (self.fault == "keys"):
-            va += rng.randint(1, 7)                                         # misaligned: NAK 0x61
+            va += rng.randint(1, 7)
         old = int.from_bytes(pair.b.mem.peek(pair.remote(va), 8), "little")
-        opcode = Opcode.RC_COMPARE_SWAP if op == WqeOpcode.ATOMIC_CMP_SWAP else Opcode.RC_FETCH_ADD
         rkey = pair.rkey ^ 0x10 if rng.random() < 0.05 * (self.fault == "keys") else pair.rkey
-        frame = pair.frame(opcode, ctx.next_psn, atomic_va=va, atomic_rkey=rkey, atomic_swap=rng.getrandbits(64),
-                           atomic_compare=old if rng.random() < 0.5 else rng.getrandbits(64), ackreq=1)
-        ctx.next_psn = (ctx.next_psn + 1) & 0xFFFFFF
-        pair.a.engine._qpc_write(A_QPN, ctx)
-        return frame
+        swap = rng.getrandbits(64)
+        compare_add = swap if op == WqeOpcode.ATOMIC_FETCH_ADD else old if rng.random() < 0.5 else rng.getrandbits(64)
+        start = len(pair.a.engine.packets)
+        pi = pair.a.driver.post(A_QPN, Wqe(opcode=op, length=8, local_addr=LOCAL_DATA, rkey=rkey, remote_addr=va,
+                                           compare_add=compare_add, swap=swap, flags=WqeFlags.SIGNALED))
+        pair.a.driver.ring(A_QPN, pi)
+        pair.a.engine.run()
+        (packet,) = pair.a.engine.packets[start:]
+        return packet.frame()
 
     def duplicates(self, frames):
         """Every frame once in order, and about a third of them again one to four frames later (as a

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from ..model.descriptor import LinkMode
 from ..model.config import RnicConfig
-from ..model.engine import ALLOWED_OPS, Driver, EngineModel, HostMemory, RegisterSettings, SgidEntry
+from ..model.engine import ALLOWED_OPS, ATOMIC_LEN, ATOMIC_OPS, REQUEST_OPS, Driver, EngineModel, HostMemory, RegisterSettings, SgidEntry
 from ..model.qpc import RECORD_BYTES, PathMtu, QpContext, QpState, ServiceType
 from ..model.regs import COUNTER_NAMES, REG
 from ..model.wqe import (CQ_RECORD_BYTES, CQE_BYTES, INLINE_MAX_RC, INLINE_MAX_UD, WQE_BYTES, Wqe, WqeFlags,
@@ -144,7 +144,7 @@ class WorkloadBuilder:
         data = self.payload(length) if length < (1 << 20) else bytes(0)
         if flags & WqeFlags.INLINE:
             kw["inline_data"] = data[:INLINE_MAX_UD if ud else INLINE_MAX_RC]
-        elif opcode == WqeOpcode.RDMA_READ or length >= (1 << 20):
+        elif opcode in REQUEST_OPS or length >= (1 << 20):
             kw.setdefault("local_addr", self.map.buffers)
         else:
             kw.setdefault("local_addr", self.buffer(data))
@@ -159,6 +159,9 @@ class WorkloadBuilder:
         else:
             kw.setdefault("rkey", self.rng.randrange(1 << 32))
             kw.setdefault("remote_addr", self.rng.randrange(1 << 64))
+            if opcode in ATOMIC_OPS:
+                kw.setdefault("compare_add", self.rng.randrange(1 << 64))
+                kw.setdefault("swap", self.rng.randrange(1 << 64))
         wqe = Wqe(opcode=opcode, flags=flags, length=length, **kw)
         self.drv.post(qpn, wqe)
         return wqe
@@ -201,13 +204,15 @@ def random_workload(rng: random.Random, *, nqps: int = 4, wqes: int = 6, max_len
         for _ in range(rng.randrange(1, wqes + 1)):
             op = rng.choice(_ALLOWED[service])
             length = random_length(rng, mtu.bytes, mtu.bytes if service == ServiceType.UD else max_len)
+            if op in ATOMIC_OPS and rng.random() < 0.9:
+                length = ATOMIC_LEN
             flags = WqeFlags(0)
             if rng.random() < 0.7:
                 flags |= WqeFlags.SIGNALED
             if rng.random() < 0.3:
                 flags |= WqeFlags.SOLICITED
             cap = INLINE_MAX_UD if service == ServiceType.UD else INLINE_MAX_RC
-            if op != WqeOpcode.RDMA_READ and length <= cap and rng.random() < 0.4:
+            if op not in REQUEST_OPS and length <= cap and rng.random() < 0.4:
                 flags |= WqeFlags.INLINE
             b.post(q, op, length, flags=flags)
     return b.build()
@@ -232,9 +237,9 @@ def every_opcode_workload(rng: random.Random, *, mtu=PathMtu.MTU_256,
             b.qp(qpn, service=service, mode=mode, mtu=mtu)
             lengths = (0, mtu.bytes - 56) if service == ServiceType.UD else (0, 1, 2 * mtu.bytes + 188)
             for op in allowed:
-                for n in lengths:
+                for n in (ATOMIC_LEN,) if op in ATOMIC_OPS else lengths:
                     b.post(qpn, op, n)
-                if op != WqeOpcode.RDMA_READ:
+                if op not in REQUEST_OPS:
                     b.post(qpn, op, 11, flags=WqeFlags.SIGNALED | WqeFlags.INLINE)
             qpn += 1
     return b.build()

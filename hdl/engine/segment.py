@@ -4,7 +4,7 @@ from amaranth import Cat, Const, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from ...model.engine import BTH_BASE, IMM_OPS, SEND_OPS
+from ...model.engine import ATOMIC_OPS, BTH_BASE, IMM_OPS, REQUEST_OPS, SEND_OPS
 from ...model.opcodes import Opcode
 from ...model.qpc import ServiceType
 from ...model.wqe import WqeOpcode
@@ -23,7 +23,8 @@ class Segmenter(wiring.Component):
     is computed from ``issue_off`` in the clocks before an issue, and the engine enters its Issue
     state only from Send-Loop, with ``issue_off``, the WQE and the context held meanwhile. The rest
     is combinational from those registers. An RDMA READ is one packet with no payload and as many
-    PSNs as its response takes; the BTH opcode is :func:`rnic.model.engine.bth_opcode` built from
+    PSNs as its response takes; an atomic is one packet with no payload, one PSN and an AtomicETH from
+    the WQE's ``remote_addr``, ``rkey``, ``compare_add`` and ``swap``; the BTH opcode is :func:`rnic.model.engine.bth_opcode` built from
     the model's tables (:data:`~rnic.model.engine.BTH_BASE`, ``SEND_OPS``, ``IMM_OPS``).
 
     Members
@@ -66,16 +67,17 @@ class Segmenter(wiring.Component):
         m.d.comb += ud.eq(ctx.service == ServiceType.UD)
         log_mtu = Signal(4)
         m.d.comb += [log_mtu.eq(ctx.path_mtu[:3] + 7), mtu.eq(Const(1, 13) << log_mtu)]
-        is_read = Signal()
-        m.d.comb += is_read.eq(op == WqeOpcode.RDMA_READ)
+        is_read, is_request, is_cas, is_fadd = Signal(), Signal(), Signal(), Signal()
+        m.d.comb += [is_read.eq(op == WqeOpcode.RDMA_READ), is_request.eq(in_set(op, REQUEST_OPS)),
+                     is_cas.eq(op == WqeOpcode.ATOMIC_CMP_SWAP), is_fadd.eq(op == WqeOpcode.ATOMIC_FETCH_ADD)]
 
         remaining = Signal(32)
         m.d.comb += remaining.eq(wqe.length - issue_off)
         first = Signal()
         rd_addr = Signal(64)
-        with m.If(is_read):
+        with m.If(is_request):
             m.d.sync += [seg.eq(0), last.eq(1),
-                         psns.eq(Mux(wqe.length == 0, 1, (wqe.length + mtu - 1) >> log_mtu))]
+                         psns.eq(Mux(~is_read | (wqe.length == 0), 1, (wqe.length + mtu - 1) >> log_mtu))]
         with m.Else():
             m.d.sync += [seg.eq(Mux(remaining > mtu, mtu, remaining)), last.eq(remaining <= mtu), psns.eq(1)]
         m.d.sync += [first.eq(issue_off == 0), rd_addr.eq(wqe.local_addr + issue_off)]
@@ -95,10 +97,14 @@ class Segmenter(wiring.Component):
         with m.Else():
             m.d.comb += low.eq(1)
         bth_op = Signal(8)
-        m.d.comb += bth_op.eq(Mux(is_read, int(Opcode.RC_RDMA_READ_REQUEST), base | (low + Mux(send_op, 0, 6))))
+        m.d.comb += bth_op.eq(Mux(is_read, int(Opcode.RC_RDMA_READ_REQUEST),
+                                  Mux(is_cas, int(ATOMIC_OPS[WqeOpcode.ATOMIC_CMP_SWAP]),
+                                      Mux(is_fadd, int(ATOMIC_OPS[WqeOpcode.ATOMIC_FETCH_ADD]),
+                                          base | (low + Mux(send_op, 0, 6))))))
 
         d = self.desc
-        has_reth = is_read | (~send_op & first)
+        has_reth = is_read | (~send_op & ~is_request & first)
+        atomic = is_cas | is_fadd
         m.d.comb += [
             d.mode.eq(ctx.link_mode), d.payload_len.eq(seg),
             d.dst_mac.eq(Mux(ud, wqe.dst_mac, ctx.dst_mac)), d.src_mac.eq(self.sgid_mac),
@@ -114,6 +120,9 @@ class Segmenter(wiring.Component):
             d.ackreq.eq(last), d.psn.eq(self.issue_psn),
             d.reth_va.eq(Mux(has_reth, wqe.remote_addr, 0)), d.reth_rkey.eq(Mux(has_reth, wqe.rkey, 0)),
             d.reth_dma_len.eq(Mux(has_reth, wqe.length, 0)),
+            d.atomic_va.eq(Mux(atomic, wqe.remote_addr, 0)), d.atomic_rkey.eq(Mux(atomic, wqe.rkey, 0)),
+            d.atomic_swap.eq(Mux(is_fadd, wqe.compare_add, Mux(is_cas, wqe.swap, 0))),
+            d.atomic_compare.eq(Mux(is_cas, wqe.compare_add, 0)),
             d.imm.eq(Mux(last & imm_op, wqe.imm, 0)),
             d.deth_qkey.eq(Mux(ud, Mux(wqe.qkey[31], ctx.qkey, wqe.qkey), 0)),
             d.deth_src_qp.eq(Mux(ud, self.qpn, 0)),

@@ -5,9 +5,11 @@ from amaranth import Mux
 from amaranth.hdl import Assert
 from amaranth.lib import data
 
+from ...model.engine import ATOMIC_OPS
 from ...model.regs import ErrBit
 from ...model.wqe import CqeStatus
 from ..qp_cache import Op, QpState, cached_layout
+from .layouts import in_set
 from .machine import RET_LOOP
 
 __all__ = ["TurnStates"]
@@ -108,9 +110,9 @@ class TurnStates:
                            "engine: Fetched's registered offset == 0 differs\n")
         m.d.comb += self.fetching.eq(1)
         m.d.sync += [self.do_cqe.eq(1), self.retire_to.eq(RET_LOOP)]
-        with m.If(self.wqe_short & wqe.flags[3] & ~rerr & ~self.flush_mode):
-            # inline data is in bytes 32..63: read this WQE again, in full (issue_ci and chained
-            # stay; Fetch drops the newer bursts first)
+        with m.If(self.wqe_short & (wqe.flags[3] | in_set(wqe.opcode, ATOMIC_OPS)) & ~rerr & ~self.flush_mode):
+            # inline data is in bytes 32..63, an atomic's operands in 44..59: read this WQE again, in
+            # full (issue_ci and chained stay; Fetch drops the newer bursts first)
             m.d.sync += self.full_read.eq(1)
             m.next = "Fetch"
         with m.Elif(Mux(self.chained, rerr | self.wqe_bad,

@@ -5,10 +5,10 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from ...model.descriptor import LinkMode
-from ...model.engine import ALLOWED_OPS
+from ...model.engine import ALLOWED_OPS, ATOMIC_LEN, ATOMIC_OPS, REQUEST_OPS
 from ...model.qpc import PathMtu, ServiceType
 from ...model.regs import SGID_ENTRIES
-from ...model.wqe import INLINE_MAX_RC, INLINE_MAX_UD, MAX_MESSAGE, CqeStatus, WqeOpcode
+from ...model.wqe import INLINE_MAX_RC, INLINE_MAX_UD, MAX_MESSAGE, CqeStatus
 from ..qp_cache import cached_layout
 from .layouts import in_set, wqe_layout
 
@@ -21,9 +21,9 @@ class WqeCheck(wiring.Component):
     The context is bad (``LOC_QP_OP_ERR``) if its service, path MTU or link mode is none of the
     model's enums' values, its path MTU is above ``max_mtu`` or its SGID index is past the register
     block's table (:data:`rnic.model.regs.SGID_ENTRIES`); so is a WQE whose opcode its service does
-    not allow (:data:`rnic.model.engine.ALLOWED_OPS`) or an inline RDMA READ. A message longer than
-    ``MAX_MESSAGE``, inline data beyond the WQE's room, or a UD message beyond the path MTU is
-    ``LOC_LEN_ERR``. Every table comes from the model: this block lists none of its own.
+    not allow (:data:`rnic.model.engine.ALLOWED_OPS`) or an inline RDMA READ or atomic. An atomic
+    whose length is not 8, a message longer than ``MAX_MESSAGE``, inline data beyond the WQE's room,
+    or a UD message beyond the path MTU is ``LOC_LEN_ERR``. Every table comes from the model: this block lists none of its own.
 
     Parameters
     ----------
@@ -58,8 +58,9 @@ class WqeCheck(wiring.Component):
                       Mux(ctx.service == ServiceType.UC, in_set(op, ALLOWED_OPS[ServiceType.UC]),
                           in_set(op, ALLOWED_OPS[ServiceType.UD])))
         inline_max = Mux(ud, INLINE_MAX_UD, INLINE_MAX_RC)
-        with m.If(~ctx_ok | ~allowed | (inline & (op == WqeOpcode.RDMA_READ))):
+        atomic = in_set(op, ATOMIC_OPS)
+        with m.If(~ctx_ok | ~allowed | (inline & in_set(op, REQUEST_OPS))):
             m.d.comb += self.status.eq(CqeStatus.LOC_QP_OP_ERR)
-        with m.Elif((wqe.length > MAX_MESSAGE) | (inline & (wqe.length > inline_max)) | (ud & (wqe.length > self.mtu))):
+        with m.Elif((atomic & (wqe.length != ATOMIC_LEN)) | (wqe.length > MAX_MESSAGE) | (inline & (wqe.length > inline_max)) | (ud & (wqe.length > self.mtu))):
             m.d.comb += self.status.eq(CqeStatus.LOC_LEN_ERR)
         return m

@@ -137,6 +137,53 @@ def test_read_is_answered_from_local_memory(mode):
     assert pair.b.driver.rx(B_QPN).msn == len(SIZES)
 
 
+@pytest.mark.parametrize("mode", MODES, ids=lambda m: m.slug)
+def test_atomic_wqes_from_the_transmit_side_execute_remotely(mode):
+    """A's atomic WQEs leave as one AtomicETH request each (BTH 0x13 / 0x14, one PSN, no payload) and
+    B's memory ends as the arithmetic says, computed here independently."""
+    pair = Pair(mode, RC)
+    va = REMOTE_MR[2] + 0x4008
+    value = 0x1122_3344_5566_7788
+    pair.b.mem.poke(pair.remote(va), value.to_bytes(8, "little"))
+    steps = [(WqeOpcode.ATOMIC_FETCH_ADD, 0xFFFF_FFFF_FFFF_FFFF, 0),     # adds -1, wraps at 64 bits
+             (WqeOpcode.ATOMIC_CMP_SWAP, 0x1234, 0xAAAA),               # compare fails: unchanged
+             (WqeOpcode.ATOMIC_CMP_SWAP, value - 1, 0xBBBB)]            # compare matches: swapped
+    origs, want = [], value
+    for op, compare_add, swap in steps:
+        psn = pair.a.driver.qp(A_QPN).next_psn
+        start = len(pair.a.engine.packets)
+        verdicts = pair.run(Wqe(opcode=op, length=8, rkey=pair.rkey, remote_addr=va, compare_add=compare_add,
+                                swap=swap, local_addr=LOCAL_DATA, flags=WqeFlags.SIGNALED))
+        assert outcomes(verdicts) == [Outcome.EXECUTED]
+        (req,) = pair.a.engine.packets[start:]
+        assert req.desc.opcode == (0x13 if op == WqeOpcode.ATOMIC_CMP_SWAP else 0x14)
+        assert (req.desc.psn, req.payload, req.desc.atomic_va, req.desc.atomic_rkey) == (psn, b"", va, pair.rkey)
+        assert pair.a.driver.qp(A_QPN).next_psn == (psn + 1) & 0xFFFFFF
+        origs.append(want)
+        if op == WqeOpcode.ATOMIC_FETCH_ADD:
+            want = (want + compare_add) % (1 << 64)
+        elif want == compare_add:
+            want = swap
+    assert int.from_bytes(pair.b.mem.peek(pair.remote(va), 8), "little") == want == 0xBBBB
+    got = [r.desc.atomic_orig for r in pair.responses() if r.desc.opcode == Opcode.RC_ATOMIC_ACKNOWLEDGE]
+    assert got == origs
+
+
+@pytest.mark.parametrize("case", ["length", "inline", "uc"])
+def test_atomic_wqe_refusals(case):
+    """An atomic WQE of length other than 8 is LOC_LEN_ERR, an inline one and one on UC LOC_QP_OP_ERR;
+    nothing is sent."""
+    pair = Pair(service=UC if case == "uc" else RC)
+    wqe = dict(opcode=WqeOpcode.ATOMIC_FETCH_ADD, length=7 if case == "length" else 8, rkey=pair.rkey,
+               remote_addr=REMOTE_MR[2], flags=WqeFlags.SIGNALED)
+    if case == "inline":
+        wqe.update(flags=WqeFlags.SIGNALED | WqeFlags.INLINE, inline_data=bytes(8))
+    assert pair.run(Wqe(**wqe)) == []
+    (cqe,) = [c.cqe for c in pair.a.engine.cqes]
+    assert cqe.status == (CqeStatus.LOC_LEN_ERR if case == "length" else CqeStatus.LOC_QP_OP_ERR)
+    assert pair.a.driver.qp(A_QPN).state == QpState.ERROR
+
+
 def test_write_with_immediate_consumes_a_receive_wqe():
     pair = Pair()
     pair.a.mem.poke(LOCAL_DATA, data_of(2100))
