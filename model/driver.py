@@ -7,6 +7,7 @@ from .qpc import RECORD_BYTES, QpContext, ServiceType
 from .recv_records import (MR_BYTES, RECV_QPC_BYTES, RECV_QPC_OFFSET, RECV_WQE_BYTES, MemoryRegion, MrState,
                            RecvContext, RecvWqe, mr_key)
 from .regs import REG
+from .req_records import REQ_BYTES, ReqContext
 from .wqe import CQ_RECORD_BYTES, CQE_BYTES, Cqe, CqContext, CqState, Wqe
 
 __all__ = ["Driver"]
@@ -34,11 +35,17 @@ class Driver:
         self.mem.poke(self.settings.cq_base + cqn * CQ_RECORD_BYTES, cq.pack())
         return cq
 
-    def create_qp(self, qpn: int, ctx: QpContext, rx: RecvContext | None = None) -> QpContext:
-        """Write QP ``qpn``'s whole record: ``ctx`` (bytes 0..79) and the receive half ``rx`` (80..127)."""
+    def create_qp(self, qpn: int, ctx: QpContext, rx: RecvContext | None = None, *, timeout: int = 0) -> QpContext:
+        """Write QP ``qpn``'s whole record: ``ctx`` (bytes 0..79) and the receive half ``rx`` (80..127);
+        nothing is unacknowledged (``una_psn`` = ``next_psn``). With a requester table (``req_base``), also
+        the QP's requester record, with the local ACK ``timeout`` exponent."""
         ctx.qpn = qpn
+        ctx.una_psn = ctx.next_psn
         rx = RecvContext() if rx is None else rx
         self.mem.poke(self._qpc(qpn), ctx.pack()[:RECV_QPC_OFFSET] + rx.pack())
+        if getattr(self.settings, "req_base", 0):
+            req = ReqContext(sq_acked=ctx.sq_ci, wqe_psn=ctx.next_psn, high_psn=ctx.next_psn, timeout=timeout)
+            self.mem.poke((self.settings.req_base & ~0x1F) + qpn * REQ_BYTES, req.pack())
         self.qps[qpn], self.rxs[qpn] = ctx, rx
         self.sq_pi[qpn], self.rq_pi[qpn] = ctx.sq_pi, rx.rq_pi
         return ctx

@@ -28,6 +28,7 @@ from .descriptor import LinkMode, PacketDesc
 from .frames import build_frame, normalize_desc
 from .opcodes import Opcode
 from .qpc import MUTABLE_BYTES, RECORD_BYTES, BusError, PathMtu, QpContext, QpState, ServiceType
+from .responder import psn_delta
 from .regs import COUNTER_NAMES, REG, caps, caps2, SGID_BASE, SGID_ENTRIES, SGID_STRIDE, ErrBit, IntBit, RegisterFile
 from .wqe import (CQ_RECORD_BYTES, CQE_BYTES, MAX_MESSAGE, WQE_BYTES, Cqe, CqContext, CqeStatus, CqState, Wqe,
                   WqeFlags, WqeOpcode, inline_capacity)
@@ -37,6 +38,8 @@ __all__ = ["HostMemory", "ERROR_ALIGN", "PAGE", "sq_slot", "split_bursts", "Sgid
            "BTH_BASE", "SEND_OPS", "IMM_OPS", "ATOMIC_OPS", "ATOMIC_LEN", "REQUEST_OPS", "ALLOWED_OPS"]
 
 PAGE = 4096
+WINDOW = 128                # RC with a requester: unacknowledged PSNs per QP (rxe: RXE_MAX_UNACKED_PSNS)
+ACKREQ_EVERY = 64           # RC with a requester: AckReq at least every 64 PSNs (rxe: RXE_MAX_PKT_PER_ACK)
 ERROR_ALIGN = 64            # injected bus-error ranges are aligned to the widest data bus (bytes)
 PSN_MASK = (1 << 24) - 1
 MAX_LOG_RING = 15           # SQ and CQ rings hold at most 2**15 entries (16-bit indices)
@@ -157,6 +160,7 @@ class RegisterSettings:
     int_enable: int = 0b11
     sgids: tuple[SgidEntry, ...] = ()
     enable: bool = True
+    req_base: int = 0                   # requester records (rnic.model.req_records), 32 bytes per QP
 
     def writes(self) -> list[tuple[int, int]]:
         m32 = 0xFFFF_FFFF
@@ -164,7 +168,8 @@ class RegisterSettings:
                 ("QPC_SIZE", self.qpc_size), ("CQ_BASE_LO", self.cq_base & m32), ("CQ_BASE_HI", self.cq_base >> 32),
                 ("CQ_SIZE", self.cq_size), ("SCHED_QUOTA", self.quota), ("AXI_MAX_BURST", self.max_burst),
                 ("AXI_BW_CAP", self.bw_cap), ("PORT_LID", self.port_lid), ("INT_MOD_COUNT", self.int_mod_count),
-                ("INT_MOD_TIMER", self.int_mod_timer), ("INT_ENABLE", self.int_enable)]
+                ("INT_MOD_TIMER", self.int_mod_timer), ("INT_ENABLE", self.int_enable),
+                ("REQ_BASE_LO", self.req_base & m32), ("REQ_BASE_HI", self.req_base >> 32)]
         out = [(REG[n].offset, v) for n, v in regs]
         for i, e in enumerate(self.sgids):
             base = SGID_BASE + SGID_STRIDE * i
@@ -282,8 +287,10 @@ class EngineModel:
         self.irq_events: list[IrqEvent] = []
         self._sched: collections.deque[_Entry] = collections.deque()
         self._queued: dict[int, _Entry] = {}
+        self._parked: dict[int, _Entry] = {}        # QPs the requester holds back (window, FENCE), mid-WQE
         self._pending_cqes = 0
         self.responder = None                        # a rnic.model.responder.Responder attaches itself
+        self.requester = None                        # a rnic.model.requester.Requester attaches itself
         if settings is not None:
             for offset, value in settings.writes():
                 self.write_reg(offset, value)
@@ -377,16 +384,39 @@ class EngineModel:
     def _qpc_write(self, qpn, ctx: QpContext) -> None:
         self.mem.poke(self._qpc_addr(qpn), ctx.pack()[:MUTABLE_BYTES])
 
+    def _qpc_peek(self, qpn) -> QpContext:
+        return QpContext.unpack(self.mem.peek(self._qpc_addr(qpn), RECORD_BYTES))
+
     def _set_error(self, qpn, ctx):
         if ctx.state != QpState.ERROR:
             ctx.state = QpState.ERROR
+            if self.requester is not None:
+                self.requester.flush_unacked(qpn, ctx)
             self._qpc_write(qpn, ctx)
             if self.responder is not None:
                 self.responder.flush_rq(qpn)
 
+    def _reliable(self, ctx) -> bool:
+        """RC with a requester attached: completion at acknowledgement, window, FENCE, go-back-N."""
+        return self.requester is not None and ctx.service == ServiceType.RC
+
+    def _wake(self, qpn) -> None:
+        """The requester made room (an acknowledgement, the end of an RNR wait): schedule ``qpn`` if it has
+        WQEs to send."""
+        ctx = self._qpc_peek(qpn)
+        if ctx.sq_ci != ctx.sq_pi and not ctx.req_wait and ctx.state in (QpState.RTS, QpState.ERROR):
+            self._schedule(qpn)
+
+    def _rewound(self, qpn) -> None:
+        """The requester moved ``qpn``'s send pointer: a WQE half sent is started again from the context."""
+        for entry in (self._queued.get(qpn), self._parked.get(qpn)):
+            if entry is not None:
+                entry.wqe, entry.offset = None, 0
+        self._wake(qpn)
+
     def _schedule(self, qpn) -> None:
         if qpn not in self._queued:
-            entry = _Entry(qpn)
+            entry = self._parked.pop(qpn, None) or _Entry(qpn)
             self._queued[qpn] = entry
             self._sched.append(entry)
 
@@ -534,15 +564,20 @@ class EngineModel:
         quota = max(1, self.regs["SCHED_QUOTA"])
         steps = 0
         flushing = ctx.state == QpState.ERROR   # a QP that moves to ERROR in its turn ends the turn
-        while steps < quota and ctx.sq_ci != ctx.sq_pi:
+        blocked = ctx.state == QpState.RTS and self._reliable(ctx) and ctx.req_wait
+        while steps < quota and ctx.sq_ci != ctx.sq_pi and not blocked:
             if ctx.state == QpState.ERROR and flushing:
                 self._flush_one(entry, ctx)
                 steps += 1
             elif ctx.state == QpState.RTS:
-                steps += self._send(entry, ctx, quota - steps)
+                used = self._send(entry, ctx, quota - steps)
+                blocked = used == 0           # the window or a FENCE: the requester wakes it
+                steps += used
             else:
                 break
-        if ctx.sq_ci != ctx.sq_pi and ctx.state in (QpState.RTS, QpState.ERROR):
+        if blocked:
+            self._parked[entry.qpn] = entry
+        if ctx.sq_ci != ctx.sq_pi and ctx.state in (QpState.RTS, QpState.ERROR) and not blocked:
             self._queued[entry.qpn] = entry
             self._sched.append(entry)
 
@@ -590,16 +625,29 @@ class EngineModel:
                 self._error(ErrBit.WQE_ERROR, entry.qpn, status)
                 self._fail(entry, ctx, wqe, status)
                 return 1
-            entry.wqe, entry.offset = wqe, 0
+            mtu = PathMtu(ctx.path_mtu).bytes
+            skip = 0
+            if self._reliable(ctx):
+                if wqe.flags & WqeFlags.FENCE and ctx.una_psn != ctx.next_psn:
+                    return 0
+                skip = max(0, psn_delta(ctx.una_psn, ctx.next_psn))   # packets acknowledged before a go-back
+                ctx.next_psn = (ctx.next_psn + skip) & PSN_MASK
+            entry.wqe, entry.offset = wqe, skip * mtu
         wqe = entry.wqe
         mtu = PathMtu(ctx.path_mtu).bytes
+        reliable = self._reliable(ctx)
         if wqe.opcode in REQUEST_OPS:
-            psns = max(1, -(-wqe.length // mtu)) if wqe.opcode == WqeOpcode.RDMA_READ else 1
-            self._emit(entry, ctx, wqe, True, True, b"", psns=psns)
+            if reliable and (psn_delta(ctx.next_psn, ctx.una_psn) >= WINDOW
+                             or self.requester.rd_pending(entry.qpn, ctx) >= ctx.max_rd_atomic):
+                return 0
+            psns = max(1, -(-(wqe.length - entry.offset) // mtu)) if wqe.opcode == WqeOpcode.RDMA_READ else 1
+            self._emit(entry, ctx, wqe, entry.offset == 0, True, b"", psns=psns)
             self._retire_ok(entry, ctx, wqe)
             return 1
         steps = 0
         while steps < budget:
+            if reliable and psn_delta(ctx.next_psn, ctx.una_psn) >= WINDOW:
+                break
             off = entry.offset
             seg = min(mtu, wqe.length - off)
             first, last = off == 0, off + seg == wqe.length
@@ -623,7 +671,7 @@ class EngineModel:
 
     def _retire_ok(self, entry, ctx, wqe: Wqe) -> None:
         cqe = None
-        if wqe.flags & WqeFlags.SIGNALED:
+        if wqe.flags & WqeFlags.SIGNALED and not self._reliable(ctx):
             cqe = Cqe(wr_id=wqe.wr_id, byte_len=wqe.length, qpn=entry.qpn, opcode=wqe.opcode, wqe_index=ctx.sq_ci)
         self._retire(entry, ctx, cqe)
 
@@ -653,6 +701,7 @@ class EngineModel:
         ud = ctx.service == ServiceType.UD
         op = bth_opcode(ctx.service, wqe.opcode, first, last)
         has_reth = wqe.opcode == WqeOpcode.RDMA_READ or (wqe.opcode in _WRITE_OPS and first)
+        off = entry.offset if wqe.opcode == WqeOpcode.RDMA_READ else 0     # a READ resumed after a go-back
         atomic = wqe.opcode in ATOMIC_OPS
         swap = wqe.compare_add if wqe.opcode == WqeOpcode.ATOMIC_FETCH_ADD else wqe.swap
         solicited = bool(wqe.flags & WqeFlags.SOLICITED) and last and (
@@ -661,9 +710,10 @@ class EngineModel:
             ctx, ctx.next_psn, op, payload_len=len(payload),
             dst_mac=wqe.dst_mac if ud else ctx.dst_mac, dst_gid=wqe.dst_gid if ud else ctx.dst_gid,
             dlid=wqe.dlid if ud else ctx.dlid, se=int(solicited),
-            dest_qp=wqe.dest_qpn if ud else ctx.dest_qpn, ackreq=int(last),
-            reth_va=wqe.remote_addr if has_reth else 0, reth_rkey=wqe.rkey if has_reth else 0,
-            reth_dma_len=wqe.length if has_reth else 0,
+            dest_qp=wqe.dest_qpn if ud else ctx.dest_qpn,
+            ackreq=int(last or self._reliable(ctx) and ctx.next_psn % ACKREQ_EVERY == ACKREQ_EVERY - 1),
+            reth_va=(wqe.remote_addr + off) & (1 << 64) - 1 if has_reth else 0, reth_rkey=wqe.rkey if has_reth else 0,
+            reth_dma_len=wqe.length - off if has_reth else 0,
             atomic_va=wqe.remote_addr if atomic else 0, atomic_rkey=wqe.rkey if atomic else 0,
             atomic_swap=swap if atomic else 0,
             atomic_compare=wqe.compare_add if wqe.opcode == WqeOpcode.ATOMIC_CMP_SWAP else 0,

@@ -127,7 +127,8 @@ QPC_FIELDS: tuple[tuple[str, int, int], ...] = (
     ("rnr_retry_cnt", 60, 3),    # RNR retries left
     ("sq_ci", 64, 16),           # send-queue consumer index
     ("sq_pi", 80, 16),           # send-queue producer index
-    # bytes 12..15 reserved
+    ("una_psn", 96, 24),         # RC: oldest unacknowledged PSN (the requester's; rnic.model.requester)
+    ("req_wait", 120, 1),        # RC: waiting out an RNR NAK; the scheduler leaves the QP alone
     # --- bytes 16..127: software-owned ---
     ("service", 128, 8),         # ServiceType
     ("link_mode", 136, 8),       # rnic.model.descriptor.LinkMode
@@ -135,6 +136,7 @@ QPC_FIELDS: tuple[tuple[str, int, int], ...] = (
     ("log_sq_size", 152, 8),     # log2 of send-queue entries
     ("qpn", 160, 24),            # local QPN (equals the table index)
     ("sl", 184, 4),              # IB service level / VLAN PCP
+    ("max_rd_atomic", 188, 3),   # RC with a requester: READs and atomics outstanding at most (the peer's slots)
     ("dest_qpn", 192, 24),
     ("retry_limit", 216, 3),     # reload value of retry_cnt
     ("rnr_limit", 220, 3),       # reload value of rnr_retry_cnt
@@ -193,12 +195,15 @@ class QpContext(FieldRecord):
     rnr_retry_cnt: int = 7
     sq_ci: int = 0
     sq_pi: int = 0
+    una_psn: int = 0
+    req_wait: int = 0
     service: int = ServiceType.RC
     link_mode: int = LinkMode.ROCEV2_IPV4
     path_mtu: int = PathMtu.MTU_1024
     log_sq_size: int = 8
     qpn: int = 0
     sl: int = 0
+    max_rd_atomic: int = 4
     dest_qpn: int = 0
     retry_limit: int = 7
     rnr_limit: int = 7

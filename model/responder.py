@@ -79,6 +79,7 @@ class Outcome(enum.Enum):
     NAK = "nak"
     RNR = "rnr"
     DROPPED = "dropped"
+    RESPONSE = "response"       # a response to this engine's request, taken by the requester
 
 
 class Syndrome(enum.IntEnum):
@@ -97,7 +98,7 @@ class Verdict:
     outcome: Outcome
     qpn: int | None = None
     psn: int | None = None
-    reason: DropReason | RxDrop | None = None
+    reason: DropReason | RxDrop | object | None = None     # or a rnic.model.requester.RespDrop
     syndrome: int | None = None
     detail: str = ""
 
@@ -219,7 +220,7 @@ class Responder:
                 verdict = self._process(p)
             except Stop as stop:
                 verdict = stop.verdict
-            if verdict.outcome is Outcome.DROPPED:
+            if verdict.outcome is Outcome.DROPPED and isinstance(verdict.reason, RxDrop):
                 self.drops[verdict.reason] += 1
         self.verdicts.append(verdict)
         self.publish()
@@ -314,7 +315,8 @@ class Responder:
     def _process(self, p: Packet) -> Verdict:
         info = p.info
         p.qpn = p.desc.dest_qp
-        if info.operation in RESPONSE_OPERATIONS:
+        response = info.operation in RESPONSE_OPERATIONS
+        if response and self.engine.requester is None:
             raise self.drop(p, RxDrop.RESPONSE, f"{info.name} is for the requester")
         limit = min(self.engine.regs["QPC_SIZE"], self.engine.max_qps)
         if p.qpn >= limit:
@@ -324,6 +326,13 @@ class Responder:
             raise self.drop(p, RxDrop.QPC_BUS_ERROR)
         p.ctx, p.rx = both
         ctx = p.ctx
+        if response:
+            if not _pkey_match(p.desc.pkey, ctx.pkey):
+                raise self.drop(p, RxDrop.PKEY, f"P_Key 0x{p.desc.pkey:04x}, QP has 0x{ctx.pkey:04x}")
+            why = self.engine.requester.response(p.qpn, ctx, p.desc, p.payload)
+            if why is not None:
+                return Verdict(Outcome.DROPPED, p.qpn, p.psn, why, detail=f"{info.name}: {why.name}")
+            return Verdict(Outcome.RESPONSE, p.qpn, p.psn, detail=info.name)
         if ctx.state not in RESPONDING_STATES:
             raise self.drop(p, RxDrop.QP_STATE, f"QP {p.qpn} in state {ctx.state}")
         if not self._context_ok(ctx):

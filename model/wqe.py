@@ -61,9 +61,12 @@ class CqeStatus(enum.IntEnum):
     LOC_QP_OP_ERR = 0x02         # unknown/reserved opcode, opcode not allowed on the service, bad QP context
     LOC_PROT_ERR = 0x04          # receive: a scatter entry's L_Key does not allow the write
     WR_FLUSH_ERR = 0x05          # flushed: the QP was in ERROR when this WQE's turn came
-    REM_INV_REQ_ERR = 0x09       # receive: the message broke a rule of the protocol (the NAK sent was 0x61)
-    REM_ACCESS_ERR = 0x0A        # receive: the message's memory access was refused (NAK 0x62)
-    REM_OP_ERR = 0x0B            # receive: the responder could not complete the message (NAK 0x63)
+    REM_INV_REQ_ERR = 0x09       # the message broke a rule of the protocol (NAK 0x61, sent or received)
+    REM_ACCESS_ERR = 0x0A        # the message's memory access was refused (NAK 0x62, sent or received)
+    BAD_RESP_ERR = 0x07          # RC send: a response that does not fit the WQE it answers
+    REM_OP_ERR = 0x0B            # the responder could not complete the message (NAK 0x63, sent or received)
+    RETRY_EXC_ERR = 0x0C         # RC send: local ACK timeouts and PSN sequence NAKs used up the QP's retry count
+    RNR_RETRY_EXC_ERR = 0x0D     # RC send: RNR NAKs used up the QP's RNR retry count
     QP_STATE_ERR = 0x80          # doorbell for a QP that is not in RTS (or ERROR)
     SQ_OVERFLOW = 0x81           # doorbell producer index more than the ring size ahead of the consumer index
     WQE_FETCH_ERR = 0x82         # AXI error response on the WQE read

@@ -1,6 +1,7 @@
 """Two model engines on one link for the responder tests (model and cocotb): ``a`` (requester, QP 1)
 sends to ``b`` (responder, QP 2). Each node is a whole :class:`EngineModel` with its own host memory, driver
-and :class:`Responder`."""
+and :class:`Responder`, and with ``reliable`` a :class:`Requester` (:mod:`rnic.sim.loopback` runs them
+over a lossy link)."""
 
 from __future__ import annotations
 
@@ -14,9 +15,10 @@ from ..model.frames import build_frame, normalize_desc
 from ..model.qpc import PathMtu, QpContext, QpState, ServiceType
 from ..model.receive import PortAddresses, ipv4_gid
 from ..model.recv_records import Access, MemoryRegion, RecvContext, RecvWqe, Sge
+from ..model.requester import Requester
 from ..model.responder import Responder, ResponderSettings
 
-QPC_BASE, CQ_BASE, MR_BASE, RES_BASE = 0x10000, 0x20000, 0x30000, 0x40000
+QPC_BASE, CQ_BASE, MR_BASE, RES_BASE, REQ_BASE = 0x10000, 0x20000, 0x30000, 0x40000, 0x48000
 SQ_BASE, RQ_BASE, CQ_RING, RCQ_RING = 0x50000, 0x60000, 0x70000, 0x78000
 A_QPN, B_QPN = 1, 2
 PD = 7
@@ -38,16 +40,18 @@ class Node:
     n: int
     mode: LinkMode
     mem: HostMemory = field(default_factory=HostMemory)
+    reliable: bool = False          # a Requester too: RC completes at acknowledgement, go-back-N
 
     def __post_init__(self):
         self.mac, self.gid, self.lid = _ids(self.n, self.mode)
         self.settings = RegisterSettings(qpc_base=QPC_BASE, qpc_size=16, cq_base=CQ_BASE, cq_size=4,
-                                         port_lid=self.lid, sgids=(SgidEntry(self.gid, self.mac),))
+                                         port_lid=self.lid, sgids=(SgidEntry(self.gid, self.mac),), req_base=REQ_BASE)
         self.engine = EngineModel(self.mem, RnicConfig(), settings=self.settings)
         self.driver = Driver(self.mem, self.settings, self.engine, mr_base=MR_BASE)
         link = "ethernet" if self.mode.is_ethernet else "ib"
         self.resp = Responder(self.engine, ResponderSettings(MR_BASE, 16, RES_BASE,
                                                              PortAddresses(self.mac, {self.gid}, self.lid), link))
+        self.req = Requester(self.engine) if self.reliable else None
         self.driver.create_cq(0, CQ_RING, 6)
         self.driver.create_cq(1, RCQ_RING, 6)
 
@@ -56,19 +60,21 @@ class Pair:
     """``a`` QP 1 <-> ``b`` QP 2 of ``service`` on ``mode``; B has the remote MR and receive buffers."""
 
     def __init__(self, mode: LinkMode = LinkMode.ROCEV2_IPV4, service: ServiceType = ServiceType.RC,
-                 mtu: int = 1024, psn: int = 100, b_state: QpState = QpState.RTS, rx: dict | None = None):
+                 mtu: int = 1024, psn: int = 100, b_state: QpState = QpState.RTS, rx: dict | None = None,
+                 reliable: bool = False, retry: tuple[int, int] = (7, 7)):
         self.mode, self.service, self.mtu = mode, service, mtu
-        self.a, self.b = Node(1, mode), Node(2, mode)
+        self.a, self.b = Node(1, mode, reliable=reliable), Node(2, mode, reliable=reliable)
         for me, peer, qpn, dest, state in ((self.a, self.b, A_QPN, B_QPN, QpState.RTS),
                                           (self.b, self.a, B_QPN, A_QPN, b_state)):
             ctx = QpContext(state=state, service=service, link_mode=mode, path_mtu=PathMtu.of_bytes(mtu),
                             log_sq_size=6, dest_qpn=dest, dlid=peer.lid, dst_mac=peer.mac, dst_gid=peer.gid,
-                            sq_base=SQ_BASE, next_psn=psn, epsn=psn, qkey=0x11111111, cqn=0)
+                            sq_base=SQ_BASE, next_psn=psn, epsn=psn, qkey=0x11111111, cqn=0,
+                            retry_cnt=retry[0], retry_limit=retry[0], rnr_retry_cnt=retry[1], rnr_limit=retry[1])
             r = RecvContext(rcqn=1, log_rq_size=5, rq_base=RQ_BASE, pd=PD, access=ALL, max_dest_rd_atomic=4,
                             min_rnr_timer=14)
             for k, v in (rx or {}).items():
                 setattr(r, k, v)
-            me.driver.create_qp(qpn, ctx, r)
+            me.driver.create_qp(qpn, ctx, r, timeout=14 if reliable else 0)
         for index, key, va, length, addr, access in (REMOTE_MR, RECV_MR):
             self.b.driver.reg_mr(index, MemoryRegion(va=va, length=length, addr=addr, pd=PD, access=access, key=key))
         self.rkey = (REMOTE_MR[0] << 8) | REMOTE_MR[1]

@@ -1,0 +1,358 @@
+"""Golden model of the requester's reliability (RC): responses in, completions at acknowledgement time,
+READ responses and atomic results into local memory, go-back-N retransmission, RNR waits, retry limits.
+IBTA Vol 1 ch. 9.7 as Linux rxe (rxe_comp.c) applies it; docs/reliability.md has the rules in full.
+
+:class:`Requester` attaches to an :class:`~rnic.model.engine.EngineModel` that has a
+:class:`~rnic.model.responder.Responder`: the responder parses every frame and hands the responses
+(ACKNOWLEDGE, READ_RESPONSE_*, ATOMIC_ACKNOWLEDGE) of a QP it found to :meth:`Requester.response`. With a
+requester attached the engine changes for RC QPs only:
+
+* a WQE completes when it is acknowledged, not when it is sent (UC and UD complete when sent);
+* at most :data:`WINDOW` PSNs are unacknowledged: a request whose first PSN is past ``una_psn + WINDOW``
+  waits, and so does a FENCE WQE until every earlier PSN is acknowledged;
+* AckReq is set on a message's last packet and on every packet whose PSN is ``63 mod 64``;
+* a WQE started with ``next_psn`` behind ``una_psn`` (a retransmission inside a partly acknowledged
+  message, or a READ partly answered) skips the acknowledged packets: zero copy, nothing kept on chip.
+
+The state: ``una_psn`` and ``req_wait`` in the QP context (the transmit side reads them), the rest in the
+QP's :class:`~rnic.model.req_records.ReqContext` at ``REQ_BASE + 32 * qpn``. Time is not modelled: the
+harness calls :meth:`Requester.timeout` when a QP's local ACK timer would expire and
+:meth:`Requester.rnr_expired` when its RNR wait ends (:func:`rnic.model.responder.RNR_TIMER_US`).
+"""
+
+from __future__ import annotations
+
+import enum
+
+from .engine import ACKREQ_EVERY, ATOMIC_OPS, PSN_MASK, WINDOW, sq_slot
+from .opcodes import Position
+from .qpc import BusError, PathMtu, QpContext, QpState, ServiceType
+from .responder import psn_delta
+from .regs import ErrBit
+from .req_records import REQ_BYTES, MUTABLE_BYTES, ReqContext
+from .wqe import WQE_BYTES, Cqe, CqeStatus, Wqe, WqeFlags, WqeOpcode
+
+__all__ = ["WINDOW", "ACKREQ_EVERY", "RespDrop", "REQ_COUNTS", "Requester", "psn_span", "ackreq"]
+
+REQ_COUNTS = ("acks", "read_responses", "atomic_acks", "naks_seq", "naks_inv", "naks_access", "naks_op",
+              "rnr_naks", "implied_naks", "retransmits", "timeouts", "rnr_retries", "completions")
+
+_NAK_STATUS = {0x61: CqeStatus.REM_INV_REQ_ERR, 0x62: CqeStatus.REM_ACCESS_ERR, 0x63: CqeStatus.REM_OP_ERR}
+_NAK_COUNT = {0x60: "naks_seq", 0x61: "naks_inv", 0x62: "naks_access", 0x63: "naks_op"}
+
+
+class RespDrop(enum.IntEnum):
+    """Why the requester ignored a response (silently: nothing changes)."""
+    QP_STATE = 0        # the QP is not RTS / SQD / SQE (RESET, INIT, RTR, ERROR)
+    NOT_RC = 1          # a response for a UC or UD QP
+    STALE = 2           # PSN behind the oldest unacknowledged one: a duplicate or late response
+    GHOST = 3           # PSN at or past the next PSN to send: answers nothing sent
+    AHEAD = 4           # a READ response / atomic ACK past the one expected: a retry from una_psn started
+    RETRYING = 5        # a sequence NAK while the retry it asks for is already under way
+
+
+def psn_span(wqe: Wqe, mtu: int) -> int:
+    """The PSNs a WQE's request uses: one per packet, a READ one per response packet, an atomic one."""
+    if wqe.opcode in ATOMIC_OPS:
+        return 1
+    return max(1, -(-wqe.length // mtu))
+
+
+def ackreq(psn: int, last: bool) -> bool:
+    """The requester's AckReq rule."""
+    return last or psn % ACKREQ_EVERY == ACKREQ_EVERY - 1
+
+
+class _Fatal(Exception):
+    """A response that ends the QP: the WQE it answers completes with ``status``."""
+
+    def __init__(self, status: CqeStatus):
+        self.status = status
+
+
+class Requester:
+    """The requester's half of an engine: :meth:`response` for each response frame of an RC QP."""
+
+    def __init__(self, engine):
+        self.engine = engine
+        self.mem = engine.mem
+        engine.requester = self
+        self.counts = {n: 0 for n in REQ_COUNTS}
+        self.drops = {r: 0 for r in RespDrop}
+
+    # --- records --------------------------------------------------------------------------------------
+
+    def req_addr(self, qpn: int) -> int:
+        return (self.engine.regs.u64("REQ_BASE_LO") & ~0x1F) + qpn * REQ_BYTES
+
+    def read_req(self, qpn: int) -> ReqContext:
+        return ReqContext.unpack(self.mem.peek(self.req_addr(qpn), REQ_BYTES))
+
+    def write_req(self, qpn: int, req: ReqContext) -> None:
+        self.mem.poke(self.req_addr(qpn), req.pack()[:MUTABLE_BYTES])
+
+    def _wqe(self, ctx: QpContext, index: int) -> Wqe:
+        return Wqe.unpack(self.mem.peek(sq_slot(ctx, index), WQE_BYTES), ud=False)
+
+    @staticmethod
+    def _sent_end(ctx, req) -> int:
+        """The PSN after the last one sent: ``next_psn``, or ``high_psn`` after a go-back."""
+        return ctx.next_psn if psn_delta(ctx.next_psn, req.high_psn) >= 0 else req.high_psn
+
+    def outstanding(self, qpn: int) -> bool:
+        """QP ``qpn`` has sent PSNs not yet acknowledged (its local ACK timer runs)."""
+        ctx = self.engine._qpc_peek(qpn)
+        return (ctx.service == ServiceType.RC and ctx.state == QpState.RTS
+                and psn_delta(self._sent_end(ctx, self.read_req(qpn)), ctx.una_psn) > 0)
+
+    def rd_pending(self, qpn: int, ctx: QpContext) -> int:
+        """READs and atomics sent and not yet completed: the engine sends another only below the QP's
+        ``max_rd_atomic`` (the peer remembers that many for duplicates)."""
+        req, n = self.read_req(qpn), 0
+        index = req.sq_acked
+        while index != ctx.sq_ci:
+            n += self._wqe(ctx, index).opcode in (WqeOpcode.RDMA_READ, *ATOMIC_OPS)
+            index = (index + 1) & 0xFFFF
+        return n
+
+    def waiting(self, qpn: int) -> bool:
+        return bool(self.engine._qpc_peek(qpn).req_wait)
+
+    # --- responses ------------------------------------------------------------------------------------
+
+    def response(self, qpn: int, ctx: QpContext, desc, payload: bytes) -> RespDrop | None:
+        """One response of QP ``qpn`` (its context as read): None if it was used, else why not."""
+        from .opcodes import opcode_info
+        if ctx.state not in (QpState.RTS, QpState.SQD, QpState.SQE):
+            return self._drop(RespDrop.QP_STATE)
+        if ctx.service != ServiceType.RC:
+            return self._drop(RespDrop.NOT_RC)
+        info = opcode_info(desc.opcode)
+        psn = desc.psn
+        req = self.read_req(qpn)
+        if psn_delta(psn, ctx.una_psn) < 0:
+            return self._drop(RespDrop.STALE)
+        if psn_delta(psn, self._sent_end(ctx, req)) >= 0:
+            return self._drop(RespDrop.GHOST)
+        mtu = PathMtu(ctx.path_mtu).bytes
+        try:
+            if info.operation == "ACKNOWLEDGE":
+                return self._aeth(qpn, ctx, req, mtu, psn, desc.aeth_syndrome)
+            # a READ response or an atomic ACK implies the ACK of every earlier PSN
+            if not self._complete_before(qpn, ctx, req, mtu, psn):
+                return None
+            wqe = self._wqe(ctx, req.sq_acked)
+            if psn != ctx.una_psn:
+                self._go_back(qpn, ctx, req)
+                return self._drop(RespDrop.AHEAD)
+            if info.operation == "RDMA_READ_RESPONSE":
+                self._read_response(qpn, ctx, req, mtu, wqe, info.position, payload)
+            else:
+                self._atomic_ack(qpn, ctx, req, wqe, desc.atomic_orig)
+        except _Fatal as fatal:
+            self._fail(qpn, ctx, req, fatal.status)
+        return None
+
+    def _drop(self, reason: RespDrop) -> RespDrop:
+        self.drops[reason] += 1
+        return reason
+
+    def _aeth(self, qpn, ctx, req, mtu, psn, syndrome) -> RespDrop | None:
+        kind = syndrome >> 5
+        if kind == 0:                                                   # ACK: PSNs up to psn done
+            self.counts["acks"] += 1
+            if self._complete_before(qpn, ctx, req, mtu, (psn + 1) & PSN_MASK) and psn_delta(psn, ctx.una_psn) >= 0:
+                wqe = self._wqe(ctx, req.sq_acked)                     # psn is inside this WQE's PSNs
+                if wqe.opcode == WqeOpcode.RDMA_READ or wqe.opcode in ATOMIC_OPS:
+                    self.counts["implied_naks"] += 1
+                    self._go_back(qpn, ctx, req)
+                else:
+                    self._advance(qpn, ctx, req, (psn + 1) & PSN_MASK)
+            return None
+        if not self._complete_before(qpn, ctx, req, mtu, psn):         # every NAK acknowledges before it
+            return None
+        if kind == 1:                                                   # RNR NAK
+            self.counts["rnr_naks"] += 1
+            self._advance(qpn, ctx, req, psn)
+            if ctx.rnr_limit != 7:
+                if ctx.rnr_retry_cnt == 0:
+                    raise _Fatal(CqeStatus.RNR_RETRY_EXC_ERR)
+                ctx.rnr_retry_cnt -= 1
+            self.counts["rnr_retries"] += 1
+            req.rnr_code = syndrome & 0x1F
+            ctx.req_wait = 1
+            self._rewind(qpn, ctx, req)
+            return None
+        if kind == 3:
+            code = syndrome & 0x1F | 0x60
+            self.counts[_NAK_COUNT.get(code, "naks_op")] += 1
+            if code == 0x60:
+                self._advance(qpn, ctx, req, psn)
+                if not self._go_back(qpn, ctx, req):
+                    return self._drop(RespDrop.RETRYING)
+                return None
+            raise _Fatal(_NAK_STATUS.get(code, CqeStatus.REM_OP_ERR))
+        raise _Fatal(CqeStatus.BAD_RESP_ERR)                            # kind 2: reserved
+
+    def _complete_before(self, qpn, ctx, req, mtu, psn) -> bool:
+        """Complete every WQE whose PSNs all lie before ``psn``; False if one is a READ or atomic, whose
+        responses were then lost (an implied NAK: go back to it)."""
+        while req.sq_acked != ctx.sq_pi:
+            wqe = self._wqe(ctx, req.sq_acked)
+            span = psn_span(wqe, mtu)
+            if psn_delta(psn, (req.wqe_psn + span) & PSN_MASK) < 0:
+                return True
+            if wqe.opcode == WqeOpcode.RDMA_READ or wqe.opcode in ATOMIC_OPS:
+                self.counts["implied_naks"] += 1
+                self._go_back(qpn, ctx, req)
+                return False
+            self._retire(qpn, ctx, req, wqe, span)
+        return True
+
+    def _read_response(self, qpn, ctx, req, mtu, wqe, position, payload) -> None:
+        if wqe.opcode != WqeOpcode.RDMA_READ:
+            raise _Fatal(CqeStatus.BAD_RESP_ERR)
+        span = psn_span(wqe, mtu)
+        k = psn_delta(ctx.una_psn, req.wqe_psn)
+        last = k == span - 1
+        want = min(mtu, wqe.length - k * mtu)
+        ends = position in (Position.LAST, Position.ONLY)
+        if ends != last or len(payload) != want:
+            raise _Fatal(CqeStatus.BAD_RESP_ERR)
+        self.counts["read_responses"] += 1
+        try:
+            if payload:
+                self.mem.write(wqe.local_addr + k * mtu, payload)
+        except BusError:
+            self._bus_error(qpn)
+            raise _Fatal(CqeStatus.PAYLOAD_WRITE_ERR)
+        if last:
+            self._retire(qpn, ctx, req, wqe, span)
+        else:
+            self._advance(qpn, ctx, req, (ctx.una_psn + 1) & PSN_MASK)
+
+    def _atomic_ack(self, qpn, ctx, req, wqe, orig: int) -> None:
+        if wqe.opcode not in ATOMIC_OPS:
+            raise _Fatal(CqeStatus.BAD_RESP_ERR)
+        self.counts["atomic_acks"] += 1
+        try:
+            self.mem.write(wqe.local_addr, orig.to_bytes(8, "little"))
+        except BusError:
+            self._bus_error(qpn)
+            raise _Fatal(CqeStatus.PAYLOAD_WRITE_ERR)
+        self._retire(qpn, ctx, req, wqe, 1)
+
+    def _bus_error(self, qpn) -> None:
+        self.engine._count("bus_errors")
+        self.engine._error(ErrBit.BUS_PAYLOAD, qpn, CqeStatus.PAYLOAD_WRITE_ERR)
+
+    # --- progress, completion, retry ---------------------------------------------------------------------
+
+    def _advance(self, qpn, ctx, req, una: int) -> None:
+        """``una_psn`` moves on to ``una``: progress reloads the retry counts and may open the window. A
+        send pointer left behind the oldest unacknowledged WQE (acknowledgements of packets sent before
+        a go-back) moves up to it."""
+        if una != ctx.una_psn:
+            ctx.una_psn = una
+            ctx.retry_cnt, ctx.rnr_retry_cnt = ctx.retry_limit, ctx.rnr_limit
+            if psn_delta(una, req.high_psn) > 0:
+                req.high_psn = una
+        self._pull_forward(qpn, ctx, req)
+        self.engine._qpc_write(qpn, ctx)
+        self.write_req(qpn, req)
+        self.engine._wake(qpn)
+
+    def _pull_forward(self, qpn, ctx, req) -> None:
+        ahead = (req.sq_acked - ctx.sq_ci) & 0xFFFF
+        if ahead and ahead <= (ctx.sq_pi - ctx.sq_ci) & 0xFFFF:
+            ctx.sq_ci, ctx.next_psn = req.sq_acked, req.wqe_psn
+            self.engine._rewound(qpn)
+
+    def _retire(self, qpn, ctx, req, wqe: Wqe, span: int) -> None:
+        """The WQE at ``sq_acked`` completed successfully (a CQE if it is signaled)."""
+        if wqe.flags & WqeFlags.SIGNALED:
+            self.engine._complete(qpn, ctx, Cqe(wr_id=wqe.wr_id, byte_len=wqe.length, qpn=qpn, opcode=wqe.opcode,
+                                                wqe_index=req.sq_acked))
+        self.counts["completions"] += 1
+        req.sq_acked = (req.sq_acked + 1) & 0xFFFF
+        req.wqe_psn = (req.wqe_psn + span) & PSN_MASK
+        self._advance(qpn, ctx, req, req.wqe_psn)
+
+    def _go_back(self, qpn, ctx, req) -> bool:
+        """Retransmit from ``una_psn`` (a sequence NAK, an implied NAK, a READ response or atomic ACK past
+        the one expected); False if a retry is already under way (nothing sent past ``una_psn`` since the
+        last go-back). Uses up one retry."""
+        if psn_delta(ctx.next_psn, ctx.una_psn) <= 0:
+            return False
+        if ctx.retry_cnt == 0:
+            raise _Fatal(CqeStatus.RETRY_EXC_ERR)
+        ctx.retry_cnt -= 1
+        self.counts["retransmits"] += 1
+        self._rewind(qpn, ctx, req)
+        return True
+
+    def _rewind(self, qpn, ctx, req) -> None:
+        """The send pointer goes back to the oldest unacknowledged WQE (the engine skips what is acked)."""
+        req.high_psn = self._sent_end(ctx, req)
+        ctx.next_psn, ctx.sq_ci = req.wqe_psn, req.sq_acked
+        self.engine._qpc_write(qpn, ctx)
+        self.write_req(qpn, req)
+        self.engine._rewound(qpn)
+
+    def _fail(self, qpn, ctx, req, status: CqeStatus) -> None:
+        """The WQE at ``sq_acked`` completes with ``status``; the QP goes to ERROR and every later WQE is
+        flushed (those sent but unacknowledged first, then the engine's)."""
+        wqe = self._wqe(ctx, req.sq_acked)
+        self.engine._count("wqe_errors")
+        self.engine._complete(qpn, ctx, Cqe(wr_id=wqe.wr_id, qpn=qpn, opcode=wqe.opcode, status=status,
+                                            wqe_index=req.sq_acked))
+        req.sq_acked = (req.sq_acked + 1) & 0xFFFF
+        self._pull_forward(qpn, ctx, req)
+        self.write_req(qpn, req)
+        self.engine._set_error(qpn, ctx)
+
+    def flush_unacked(self, qpn: int, ctx: QpContext) -> None:
+        """The QP went to ERROR: the WQEs sent but not acknowledged complete with WR_FLUSH_ERR, in order
+        (the engine then flushes those not sent). Called by the engine."""
+        if ctx.service != ServiceType.RC:
+            return
+        req = self.read_req(qpn)
+        while req.sq_acked != ctx.sq_ci:
+            wqe = self._wqe(ctx, req.sq_acked)
+            self.engine._count("flush_count")
+            self.engine._complete(qpn, ctx, Cqe(wr_id=wqe.wr_id, qpn=qpn, opcode=wqe.opcode,
+                                                status=CqeStatus.WR_FLUSH_ERR, wqe_index=req.sq_acked))
+            req.sq_acked = (req.sq_acked + 1) & 0xFFFF
+        ctx.una_psn = ctx.next_psn
+        self.write_req(qpn, req)
+
+    # --- timers -------------------------------------------------------------------------------------------
+
+    def timeout(self, qpn: int) -> bool:
+        """QP ``qpn``'s local ACK timer expired: retransmit from ``una_psn`` (or end the QP with
+        RETRY_EXC_ERR when its retries are used up). False if nothing was outstanding or the QP has no
+        timer (``timeout`` 0)."""
+        if not self.outstanding(qpn) or self.waiting(qpn) or not self.read_req(qpn).timeout:
+            return False
+        ctx = self.engine._qpc_peek(qpn)
+        req = self.read_req(qpn)
+        self.counts["timeouts"] += 1
+        try:
+            if ctx.retry_cnt == 0:
+                raise _Fatal(CqeStatus.RETRY_EXC_ERR)
+            ctx.retry_cnt -= 1
+            self.counts["retransmits"] += 1
+            self._rewind(qpn, ctx, req)
+        except _Fatal as fatal:
+            self._fail(qpn, ctx, req, fatal.status)
+        return True
+
+    def rnr_expired(self, qpn: int) -> bool:
+        """QP ``qpn``'s RNR wait is over: it sends again from the NAKed PSN. False if it was not waiting."""
+        ctx = self.engine._qpc_peek(qpn)
+        if not ctx.req_wait:
+            return False
+        ctx.req_wait = 0
+        self.engine._qpc_write(qpn, ctx)
+        self.engine._wake(qpn)
+        return True
