@@ -17,8 +17,10 @@ from dataclasses import dataclass, field
 from ..model.descriptor import LinkMode
 from ..model.qpc import ServiceType
 from ..model.wqe import CqeStatus, Wqe, WqeFlags, WqeOpcode
+from ..model.recv_records import CQE_FLAG_IMM, MemoryRegion, RecvOpcode, RecvWqe, Sge
+from ..model.responder_exec import GRH_BYTES
 from .link import Link, LinkKnobs
-from .responder_pair import A_QPN, B_QPN, LOCAL_DATA, REMOTE_MR, Pair
+from .responder_pair import A_QPN, B_QPN, LOCAL_DATA, PD, RECV_MR, REMOTE_MR, Pair
 
 __all__ = ["Message", "Loopback", "random_messages"]
 
@@ -35,9 +37,13 @@ class Message:
     signaled: bool = True
 
 
-def random_messages(rng: random.Random, n: int, mtu: int) -> list[Message]:
-    ops = [WqeOpcode.SEND, WqeOpcode.SEND_WITH_IMM, WqeOpcode.RDMA_WRITE, WqeOpcode.RDMA_WRITE_WITH_IMM,
-           WqeOpcode.RDMA_READ, WqeOpcode.ATOMIC_CMP_SWAP, WqeOpcode.ATOMIC_FETCH_ADD]
+def random_messages(rng: random.Random, n: int, mtu: int, service: ServiceType = ServiceType.RC) -> list[Message]:
+    """``n`` random messages of the operations ``service`` allows (UD: up to the MTU)."""
+    ops = [WqeOpcode.SEND, WqeOpcode.SEND_WITH_IMM]
+    if service != ServiceType.UD:
+        ops += [WqeOpcode.RDMA_WRITE, WqeOpcode.RDMA_WRITE_WITH_IMM]
+    if service == ServiceType.RC:
+        ops += [WqeOpcode.RDMA_READ, WqeOpcode.ATOMIC_CMP_SWAP, WqeOpcode.ATOMIC_FETCH_ADD]
     out = []
     for _ in range(n):
         op = rng.choice(ops)
@@ -47,59 +53,97 @@ def random_messages(rng: random.Random, n: int, mtu: int) -> list[Message]:
                                rng.getrandbits(64), rng.random() < 0.8))
         else:
             length = rng.choice([0, 1, 100, mtu, 3 * mtu + 5, rng.randrange(1, SLOT)])
-            length = min(length, SLOT - 64)         # a receive buffer holds SLOT - 64 bytes
-            out.append(Message(op, length, rng.randbytes(length),
-                               signaled=rng.random() < 0.8))
+            length = min(length, mtu if service == ServiceType.UD else SLOT - 64)   # a receive buffer: SLOT - 64 B
+            out.append(Message(op, length, rng.randbytes(length), signaled=rng.random() < 0.8))
     return out
 
 
 @dataclass
+class _Flow:
+    """One direction's messages: ``src`` QP ``sq`` sends to ``dst`` QP ``dq``."""
+    name: str
+    src: object
+    sq: int
+    dst: object
+    dq: int
+    messages: list[Message]
+
+
+RECV_OPS = (WqeOpcode.SEND, WqeOpcode.SEND_WITH_IMM, WqeOpcode.RDMA_WRITE_WITH_IMM)
+WRITE_OPS = (WqeOpcode.RDMA_WRITE, WqeOpcode.RDMA_WRITE_WITH_IMM)
+ANSWERED_OPS = (WqeOpcode.RDMA_READ, WqeOpcode.ATOMIC_CMP_SWAP, WqeOpcode.ATOMIC_FETCH_ADD)
+
+
+@dataclass
 class Loopback:
-    """Node A sends ``messages`` on RC QP 1 to node B's QP 2, over links ``ab`` and ``ba``."""
+    """Node A sends ``messages`` on QP 1 to node B's QP 2 and B sends ``back`` to A, over links with knobs
+    ``ab`` (A to B) and ``ba``; one service for both QPs (UC and UD take the operations they allow)."""
 
     messages: list[Message]
+    back: list[Message] = field(default_factory=list)
+    service: ServiceType = ServiceType.RC
     mode: LinkMode = LinkMode.ROCEV2_IPV4
     mtu: int = 1024
     ab: LinkKnobs = LinkKnobs()
     ba: LinkKnobs = LinkKnobs()
     seed: int = 0
     retry: tuple[int, int] = (7, 7)
-    rnr: int = 0                    # receive WQEs B posts late, after this many quiet periods (RNR NAKs first)
-    log: list[str] = field(default_factory=list)
+    rnr: int = 0                    # receive WQEs are posted late, after this many quiet periods (RNR NAKs first)
 
     def __post_init__(self):
-        if len(self.messages) > REMOTE_MR[3] // SLOT:
-            raise ValueError(f"at most {REMOTE_MR[3] // SLOT} messages")
-        self.pair = Pair(self.mode, ServiceType.RC, mtu=self.mtu, psn=random.Random(self.seed).randrange(1 << 24),
+        if max(len(self.messages), len(self.back)) > REMOTE_MR[3] // SLOT:
+            raise ValueError(f"at most {REMOTE_MR[3] // SLOT} messages each way")
+        allowed = {ServiceType.RC: None, ServiceType.UC: RECV_OPS + WRITE_OPS, ServiceType.UD: RECV_OPS[:2]}
+        for m in self.messages + self.back:
+            ok = allowed[self.service]
+            if ok is not None and m.op not in ok or self.service == ServiceType.UD and m.length > self.mtu:
+                raise ValueError(f"{m.op.name} of {m.length} B on {self.service.name}")
+        self.pair = Pair(self.mode, self.service, mtu=self.mtu, psn=random.Random(self.seed).randrange(1 << 24),
                          reliable=True, retry=self.retry)
-        self.links = {"a-to-b": Link(self.ab, self.seed * 2 + 1), "b-to-a": Link(self.ba, self.seed * 2 + 2)}
-        self._recvs: list[tuple[int, int]] = []
         p = self.pair
-        for i, m in enumerate(self.messages):
-            local = LOCAL_DATA + i * SLOT
-            remote = REMOTE_MR[2] + i * SLOT
-            if m.op in (WqeOpcode.RDMA_READ, WqeOpcode.ATOMIC_CMP_SWAP, WqeOpcode.ATOMIC_FETCH_ADD):
-                if m.op == WqeOpcode.RDMA_READ:
-                    m.data = random.Random(self.seed * 1000 + i).randbytes(m.length)
-                p.b.mem.poke(p.remote(remote), m.data)
-            else:
-                p.a.mem.poke(local, m.data)
-            if m.op in (WqeOpcode.SEND, WqeOpcode.SEND_WITH_IMM, WqeOpcode.RDMA_WRITE_WITH_IMM):
-                self._recvs.append((1000 + i, i))
-            p.a.driver.post(A_QPN, Wqe(opcode=m.op, length=m.length, local_addr=local, rkey=p.rkey, remote_addr=remote,
-                                       imm=i, compare_add=m.compare_add, swap=m.swap, wr_id=i,
-                                       flags=WqeFlags.SIGNALED if m.signaled else WqeFlags(0)))
+        for index, key, va, length, addr, access in (REMOTE_MR, RECV_MR):     # A gets B's regions too
+            p.a.driver.reg_mr(index, MemoryRegion(va=va, length=length, addr=addr, pd=PD, access=access, key=key))
+        self.links = {"a-to-b": Link(self.ab, self.seed * 2 + 1), "b-to-a": Link(self.ba, self.seed * 2 + 2)}
+        self.flows = [_Flow("a-to-b", p.a, A_QPN, p.b, B_QPN, self.messages),
+                      _Flow("b-to-a", p.b, B_QPN, p.a, A_QPN, self.back)]
+        self._recvs: list[tuple[_Flow, int]] = []
+        self.delivered: dict[str, tuple[int, int]] = {}        # per direction: messages for receive WQEs, arrived
+        for flow in self.flows:
+            self._post(flow)
         if not self.rnr:
             self._post_recvs()
 
+    def _post(self, flow: _Flow) -> None:
+        p, ctx = self.pair, flow.src.driver.qp(flow.sq)
+        ud = {}
+        if self.service == ServiceType.UD:
+            ud = dict(dest_qpn=ctx.dest_qpn, qkey=ctx.qkey, dst_mac=ctx.dst_mac, dst_gid=ctx.dst_gid, dlid=ctx.dlid)
+        for i, m in enumerate(flow.messages):
+            local = LOCAL_DATA + i * SLOT
+            remote = REMOTE_MR[2] + i * SLOT
+            if m.op in ANSWERED_OPS:
+                if m.op == WqeOpcode.RDMA_READ:
+                    m.data = random.Random(hash((self.seed, flow.name, i))).randbytes(m.length)
+                flow.dst.mem.poke(p.remote(remote), m.data)
+            else:
+                flow.src.mem.poke(local, m.data)
+            if m.op in RECV_OPS:
+                self._recvs.append((flow, i))
+            rc = {} if ud else dict(rkey=p.rkey, remote_addr=remote, compare_add=m.compare_add, swap=m.swap)
+            flow.src.driver.post(flow.sq, Wqe(opcode=m.op, length=m.length, local_addr=local, imm=i, wr_id=i,
+                                              flags=WqeFlags.SIGNALED if m.signaled else WqeFlags(0), **rc, **ud))
+
     def _post_recvs(self):
-        for wr_id, i in self._recvs:
-            self.pair.post_recv(wr_id, SLOT - 64, offset=i * SLOT)
+        for flow, i in self._recvs:
+            wqe = RecvWqe(1000 + i, (Sge(RECV_MR[2] + i * SLOT, SLOT - 64, self.pair.lkey),))
+            flow.dst.resp.rq_doorbell(flow.dq, flow.dst.driver.post_recv(flow.dq, wqe))
         self._recvs = []
 
     def run(self, max_quiet: int = 200) -> "Loopback":
         p = self.pair
-        p.a.driver.ring(A_QPN)
+        for flow in self.flows:
+            if flow.messages:
+                flow.src.driver.ring(flow.sq)
         nodes = {"a": p.a, "b": p.b}
         sent = {n: [0, 0] for n in nodes}                  # (responses, requests) taken from each node
         quiet = 0
@@ -134,43 +178,84 @@ class Loopback:
     # --- the end-to-end scoreboard -------------------------------------------------------------------
 
     def check(self) -> list[str]:
-        """What went wrong, judged from the messages alone (empty: every message arrived once, in order,
-        with its bytes, and completed once on both sides)."""
-        p, out = self.pair, []
-        sends = [c.cqe for c in p.a.engine.cqes if c.cqn == 0]
-        want = [i for i, m in enumerate(self.messages) if m.signaled]
-        got = [c.wr_id for c in sends]
-        if got != want:
-            out.append(f"A's send completions {got}, expected {want}")
+        """What went wrong, judged from the messages alone (empty: all is well). RC: every message arrived
+        once, in order, with its bytes, and completed once on both sides. UC and UD: every message
+        completed when sent; those that arrived have their bytes; a WRITE that was
+        lost left each byte of its target either untouched or equal to its source; every receive completion
+        is a message sent (the link may lose, repeat and reorder them); nothing else changed."""
+        out = []
+        for flow in self.flows:
+            out += [f"{flow.name}: {e}" for e in self._check(flow)]
+        return out
+
+    def _check(self, flow: _Flow) -> list[str]:
+        p, out, rc = self.pair, [], self.service == ServiceType.RC
+        sends = [c.cqe for c in flow.src.engine.cqes if c.cqn == 0]
+        want = [i for i, m in enumerate(flow.messages) if m.signaled]
+        if [c.wr_id for c in sends] != want:
+            out.append(f"send completions {[c.wr_id for c in sends]}, expected {want}")
         bad = [(c.wr_id, CqeStatus(c.status).name) for c in sends if c.status != CqeStatus.SUCCESS]
         if bad:
-            out.append(f"A's send completions in error: {bad}")
-        recvs = [c.cqe for c in p.b.engine.cqes if c.cqn == 1]
-        want_r = [1000 + i for i, m in enumerate(self.messages)
-                  if m.op in (WqeOpcode.SEND, WqeOpcode.SEND_WITH_IMM, WqeOpcode.RDMA_WRITE_WITH_IMM)]
-        if [c.wr_id for c in recvs] != want_r or any(c.status != CqeStatus.SUCCESS for c in recvs):
-            out.append(f"B's receive completions {[(c.wr_id, c.status) for c in recvs]}, expected {want_r}")
-        from .responder_pair import RECV_MR
-        for i, m in enumerate(self.messages):
-            local, remote = LOCAL_DATA + i * SLOT, p.remote(REMOTE_MR[2] + i * SLOT)
-            if m.op in (WqeOpcode.RDMA_WRITE, WqeOpcode.RDMA_WRITE_WITH_IMM):
-                where, got_b = "B's memory", p.b.mem.peek(remote, m.length)
-            elif m.op in (WqeOpcode.SEND, WqeOpcode.SEND_WITH_IMM):
-                where, got_b = "B's receive buffer", p.b.mem.peek(RECV_MR[4] + i * SLOT, m.length)
-            elif m.op == WqeOpcode.RDMA_READ:
-                where, got_b = "A's READ buffer", p.a.mem.peek(local, m.length)
+            out.append(f"send completions in error: {bad}")
+        recvs = [c.cqe for c in flow.dst.engine.cqes if c.cqn == 1]
+        expected = [i for i, m in enumerate(flow.messages) if m.op in RECV_OPS]
+        grh = GRH_BYTES if self.service == ServiceType.UD else 0
+        if any(c.status != CqeStatus.SUCCESS for c in recvs):
+            out.append(f"receive completions in error: {[(c.wr_id, c.status) for c in recvs if c.status]}")
+        # RC: each receive completion is the next message, with its bytes. UC and UD: each is one of the
+        # messages (the immediate names it; a SEND's bytes fit); the link may lose, repeat or reorder them
+        arrived, j = set(), 0
+        for c in recvs:
+            length = c.byte_len - grh
+            buffer = flow.dst.mem.peek(RECV_MR[4] + (c.wr_id - 1000) * SLOT + grh, length)
+
+            def fits(i):
+                m = flow.messages[i]
+                kind = {WqeOpcode.SEND: (RecvOpcode.RECV, 0), WqeOpcode.SEND_WITH_IMM: (RecvOpcode.RECV, CQE_FLAG_IMM),
+                        WqeOpcode.RDMA_WRITE_WITH_IMM: (RecvOpcode.RECV_RDMA_WITH_IMM, CQE_FLAG_IMM)}[m.op]
+                return (length == m.length and (c.opcode, c.flags & CQE_FLAG_IMM) == kind
+                        and (m.op == WqeOpcode.SEND or c.imm == i)
+                        and (m.op == WqeOpcode.RDMA_WRITE_WITH_IMM or buffer == m.data))
+            if rc:
+                if j >= len(expected) or not fits(expected[j]):
+                    out.append(f"receive completion {c.wr_id}: not message {expected[j] if j < len(expected) else None}")
+                    break
+                arrived.add(expected[j])
+                j += 1
             else:
+                match = [i for i in expected if fits(i)]
+                if not match:
+                    out.append(f"receive completion {c.wr_id} ({length} B): no message fits it")
+                arrived.update([i for i in match if i not in arrived][:1])
+        self.delivered[flow.name] = (len(expected), len(arrived))
+        if rc and sorted(arrived) != expected:
+            out.append(f"messages received {sorted(arrived)}, expected {expected}")
+        for i, m in enumerate(flow.messages):
+            local, remote = LOCAL_DATA + i * SLOT, p.remote(REMOTE_MR[2] + i * SLOT)
+            what = f"message {i} ({m.op.name}, {m.length} B)"
+            if m.op in WRITE_OPS:
+                target = flow.dst.mem.peek(remote, SLOT)
+                if rc or i in arrived or m.op == WqeOpcode.RDMA_WRITE and target[:m.length] == m.data:
+                    if target[:m.length] != m.data:
+                        out.append(f"{what}: the peer's memory differs")
+                elif any(b not in (0, s) for b, s in zip(target, m.data)):
+                    out.append(f"{what}: lost, yet the peer's memory holds bytes it never sent")
+                if any(target[m.length:]):
+                    out.append(f"{what}: bytes written past the message")
+            if m.op == WqeOpcode.RDMA_READ and flow.src.mem.peek(local, m.length) != m.data:
+                out.append(f"{what}: the READ buffer differs")
+            if m.op in (WqeOpcode.ATOMIC_CMP_SWAP, WqeOpcode.ATOMIC_FETCH_ADD):
                 orig = int.from_bytes(m.data, "little")
                 new = ((orig + m.compare_add) % (1 << 64) if m.op == WqeOpcode.ATOMIC_FETCH_ADD
                        else m.swap if orig == m.compare_add else orig)
-                if int.from_bytes(p.b.mem.peek(remote, 8), "little") != new:
-                    out.append(f"message {i} ({m.op.name}): B's value is not the result")
-                where, got_b = "A's atomic result", p.a.mem.peek(local, 8)
-            if got_b != m.data:
-                out.append(f"message {i} ({m.op.name}, {m.length} B): {where} differs")
+                if int.from_bytes(flow.dst.mem.peek(remote, 8), "little") != new:
+                    out.append(f"{what}: the peer's value is not the result")
+                if flow.src.mem.peek(local, 8) != m.data:
+                    out.append(f"{what}: the original value did not come back")
         return out
 
     def summary(self) -> dict:
         p = self.pair
-        return {"requester": dict(p.a.req.counts), "links": {k: dict(v.counts) for k, v in self.links.items()},
-                "responder": dict(p.b.resp.counts)}
+        return {"requester": {"a": dict(p.a.req.counts), "b": dict(p.b.req.counts)}, "delivered": dict(self.delivered),
+                "links": {k: dict(v.counts) for k, v in self.links.items()},
+                "responder": {"a": dict(p.a.resp.counts), "b": dict(p.b.resp.counts)}}
