@@ -1,4 +1,5 @@
-"""Command line of ``python -m rnic.sim``: ``demo``, ``run``, ``respond``, ``soak``, ``soak-report``, ``bench``."""
+"""Command line of ``python -m rnic.sim``: ``demo``, ``run``, ``respond``, ``loopback``, ``soak``, ``soak-report``,
+``bench``."""
 
 from __future__ import annotations
 
@@ -79,6 +80,12 @@ def _cmd_run(args) -> int:
 def _cmd_respond(args) -> int:
     from .respond import run_respond
     return run_respond(args.scenario, args.frames, Path(args.out), width=args.width, status=_status)
+
+
+def _cmd_loopback(args) -> int:
+    from .loopback_cli import run_loopback
+    knobs = {"loss": args.loss, "dup": args.dup, "reorder": args.reorder, "corrupt": args.corrupt}
+    return run_loopback(args.scenario, Path(args.out), seed=args.seed, knobs=knobs, status=_status)
 
 
 def _cmd_soak(args) -> int:
@@ -163,6 +170,16 @@ def main(argv: list[str] | None = None) -> int:
     respond.add_argument("--width", type=int, default=64, choices=(64, 128, 256, 512),
                          help="datapath width in bits (default 64)")
     respond.set_defaults(func=_cmd_respond)
+    loop = sub.add_parser("loopback", help="two engines over a lossy link (the golden model): per-node report, "
+                                           "end-to-end verdict, pcaps of both directions (docs/reliability.md)")
+    loop.add_argument("scenario", help="QPs' link mode, service and MTU, and the messages each way (JSON or TOML)")
+    loop.add_argument("--out", required=True, metavar="DIR", help="folder for the pcaps")
+    loop.add_argument("--loss", type=float, help="probability that a frame is lost (both directions)")
+    loop.add_argument("--dup", type=float, help="probability that a frame arrives twice")
+    loop.add_argument("--reorder", type=int, help="a frame held back arrives behind up to N later ones")
+    loop.add_argument("--corrupt", type=float, help="probability that one bit of a frame flips")
+    loop.add_argument("--seed", type=int, help="random seed (default: the scenario's)")
+    loop.set_defaults(func=_cmd_loopback)
     soak = sub.add_parser("soak", help="random traffic on the RTL until --cycles clocks, scoreboard on",
                           description="Random workloads on the RTL, checked against the golden model. Workload i "
                                       "has its own seed, derived from --seed and i (docs/simulation.md).")

@@ -16,13 +16,13 @@ from dataclasses import dataclass, field
 
 from ..model.descriptor import LinkMode
 from ..model.qpc import ServiceType
-from ..model.wqe import CqeStatus, Wqe, WqeFlags, WqeOpcode
+from ..model.wqe import CQ_RECORD_BYTES, CQE_BYTES, Cqe, CqContext, CqeStatus, Wqe, WqeFlags, WqeOpcode
 from ..model.recv_records import CQE_FLAG_IMM, MemoryRegion, RecvOpcode, RecvWqe, Sge
 from ..model.responder_exec import GRH_BYTES
 from .link import Link, LinkKnobs
-from .responder_pair import A_QPN, B_QPN, LOCAL_DATA, PD, RECV_MR, REMOTE_MR, Pair
+from .responder_pair import A_QPN, B_QPN, CQ_BASE, LOCAL_DATA, PD, RECV_MR, REMOTE_MR, Pair
 
-__all__ = ["Message", "Loopback", "random_messages"]
+__all__ = ["Message", "Loopback", "random_messages", "cq_entries"]
 
 SLOT = 0x1000               # each message's own remote bytes, receive buffer and local buffer
 
@@ -56,6 +56,12 @@ def random_messages(rng: random.Random, n: int, mtu: int, service: ServiceType =
             length = min(length, mtu if service == ServiceType.UD else SLOT - 64)   # a receive buffer: SLOT - 64 B
             out.append(Message(op, length, rng.randbytes(length), signaled=rng.random() < 0.8))
     return out
+
+
+def cq_entries(mem, cqn: int) -> list[Cqe]:
+    """The CQEs written to CQ ``cqn`` of the pair's layout (never polled: from index 0 to the producer index)."""
+    cq = CqContext.unpack(mem.peek(CQ_BASE + cqn * CQ_RECORD_BYTES, CQ_RECORD_BYTES))
+    return [Cqe.unpack(mem.peek((cq.ring_base & ~0x1F) + (i % cq.size) * CQE_BYTES, CQE_BYTES)) for i in range(cq.pi)]
 
 
 @dataclass
@@ -104,6 +110,7 @@ class Loopback:
         for index, key, va, length, addr, access in (REMOTE_MR, RECV_MR):     # A gets B's regions too
             p.a.driver.reg_mr(index, MemoryRegion(va=va, length=length, addr=addr, pd=PD, access=access, key=key))
         self.links = {"a-to-b": Link(self.ab, self.seed * 2 + 1), "b-to-a": Link(self.ba, self.seed * 2 + 2)}
+        self.captured: dict[str, list[bytes]] = {name: [] for name in self.links}    # frames as each node sent them
         self.flows = [_Flow("a-to-b", p.a, A_QPN, p.b, B_QPN, self.messages),
                       _Flow("b-to-a", p.b, B_QPN, p.a, A_QPN, self.back)]
         self._recvs: list[tuple[_Flow, int]] = []
@@ -111,7 +118,7 @@ class Loopback:
         for flow in self.flows:
             self._post(flow)
         if not self.rnr:
-            self._post_recvs()
+            self.post_recvs()
 
     def _post(self, flow: _Flow) -> None:
         p, ctx = self.pair, flow.src.driver.qp(flow.sq)
@@ -133,11 +140,18 @@ class Loopback:
             flow.src.driver.post(flow.sq, Wqe(opcode=m.op, length=m.length, local_addr=local, imm=i, wr_id=i,
                                               flags=WqeFlags.SIGNALED if m.signaled else WqeFlags(0), **rc, **ud))
 
-    def _post_recvs(self):
+    def post_recvs(self, doorbell: bool = True) -> list[tuple[str, int, int]]:
+        """Post the receive WQEs not posted yet; ring their doorbells on the model unless ``doorbell`` is
+        False. Returns the doorbells ``(node name, qpn, producer index)`` (an RTL harness writes them)."""
+        out = []
         for flow, i in self._recvs:
             wqe = RecvWqe(1000 + i, (Sge(RECV_MR[2] + i * SLOT, SLOT - 64, self.pair.lkey),))
-            flow.dst.resp.rq_doorbell(flow.dq, flow.dst.driver.post_recv(flow.dq, wqe))
+            pi = flow.dst.driver.post_recv(flow.dq, wqe)
+            if doorbell:
+                flow.dst.resp.rq_doorbell(flow.dq, pi)
+            out.append(("a" if flow.dst is self.pair.a else "b", flow.dq, pi))
         self._recvs = []
+        return out
 
     def run(self, max_quiet: int = 200) -> "Loopback":
         p = self.pair
@@ -151,11 +165,14 @@ class Loopback:
             moved = False
             for name, node in nodes.items():
                 node.engine.run()
-                link = self.links["a-to-b" if name == "a" else "b-to-a"]
+                link_name = "a-to-b" if name == "a" else "b-to-a"
+                link = self.links[link_name]
                 new = node.resp.responses[sent[name][0]:] + node.engine.packets[sent[name][1]:]
                 sent[name] = [len(node.resp.responses), len(node.engine.packets)]
                 for packet in new:
-                    link.send(packet.frame())
+                    frame = packet.frame()
+                    self.captured[link_name].append(frame)
+                    link.send(frame)
                 moved |= bool(new)
             for key, dst in (("a-to-b", p.b), ("b-to-a", p.a)):
                 for frame in self.links[key].deliver(everything=not moved):
@@ -165,7 +182,7 @@ class Loopback:
                 continue
             quiet += 1
             if self._recvs and quiet >= self.rnr:
-                self._post_recvs()
+                self.post_recvs()
                 continue
             fired = False
             for node in nodes.values():
@@ -177,27 +194,31 @@ class Loopback:
 
     # --- the end-to-end scoreboard -------------------------------------------------------------------
 
-    def check(self) -> list[str]:
+    def check(self, mems: dict | None = None) -> list[str]:
         """What went wrong, judged from the messages alone (empty: all is well). RC: every message arrived
         once, in order, with its bytes, and completed once on both sides. UC and UD: every message
         completed when sent; those that arrived have their bytes; a WRITE that was
         lost left each byte of its target either untouched or equal to its source; every receive completion
         is a message sent (the link may lose, repeat and reorder them); nothing else changed."""
+        mems = mems or {"a": self.pair.a.mem, "b": self.pair.b.mem}
         out = []
         for flow in self.flows:
-            out += [f"{flow.name}: {e}" for e in self._check(flow)]
+            src, dst = (mems["a"], mems["b"]) if flow.src is self.pair.a else (mems["b"], mems["a"])
+            out += [f"{flow.name}: {e}" for e in self._check(flow, src, dst)]
         return out
 
-    def _check(self, flow: _Flow) -> list[str]:
+    def _check(self, flow: _Flow, src_mem, dst_mem) -> list[str]:
+        """One direction, from the CQ rings and bytes in ``src_mem`` / ``dst_mem`` (anything with ``peek``:
+        the model's memory, or the RTL's)."""
         p, out, rc = self.pair, [], self.service == ServiceType.RC
-        sends = [c.cqe for c in flow.src.engine.cqes if c.cqn == 0]
+        sends = cq_entries(src_mem, 0)
         want = [i for i, m in enumerate(flow.messages) if m.signaled]
         if [c.wr_id for c in sends] != want:
             out.append(f"send completions {[c.wr_id for c in sends]}, expected {want}")
         bad = [(c.wr_id, CqeStatus(c.status).name) for c in sends if c.status != CqeStatus.SUCCESS]
         if bad:
             out.append(f"send completions in error: {bad}")
-        recvs = [c.cqe for c in flow.dst.engine.cqes if c.cqn == 1]
+        recvs = cq_entries(dst_mem, 1)
         expected = [i for i, m in enumerate(flow.messages) if m.op in RECV_OPS]
         grh = GRH_BYTES if self.service == ServiceType.UD else 0
         if any(c.status != CqeStatus.SUCCESS for c in recvs):
@@ -207,7 +228,7 @@ class Loopback:
         arrived, j = set(), 0
         for c in recvs:
             length = c.byte_len - grh
-            buffer = flow.dst.mem.peek(RECV_MR[4] + (c.wr_id - 1000) * SLOT + grh, length)
+            buffer = dst_mem.peek(RECV_MR[4] + (c.wr_id - 1000) * SLOT + grh, length)
 
             def fits(i):
                 m = flow.messages[i]
@@ -234,7 +255,7 @@ class Loopback:
             local, remote = LOCAL_DATA + i * SLOT, p.remote(REMOTE_MR[2] + i * SLOT)
             what = f"message {i} ({m.op.name}, {m.length} B)"
             if m.op in WRITE_OPS:
-                target = flow.dst.mem.peek(remote, SLOT)
+                target = dst_mem.peek(remote, SLOT)
                 if rc or i in arrived or m.op == WqeOpcode.RDMA_WRITE and target[:m.length] == m.data:
                     if target[:m.length] != m.data:
                         out.append(f"{what}: the peer's memory differs")
@@ -242,15 +263,15 @@ class Loopback:
                     out.append(f"{what}: lost, yet the peer's memory holds bytes it never sent")
                 if any(target[m.length:]):
                     out.append(f"{what}: bytes written past the message")
-            if m.op == WqeOpcode.RDMA_READ and flow.src.mem.peek(local, m.length) != m.data:
+            if m.op == WqeOpcode.RDMA_READ and src_mem.peek(local, m.length) != m.data:
                 out.append(f"{what}: the READ buffer differs")
             if m.op in (WqeOpcode.ATOMIC_CMP_SWAP, WqeOpcode.ATOMIC_FETCH_ADD):
                 orig = int.from_bytes(m.data, "little")
                 new = ((orig + m.compare_add) % (1 << 64) if m.op == WqeOpcode.ATOMIC_FETCH_ADD
                        else m.swap if orig == m.compare_add else orig)
-                if int.from_bytes(flow.dst.mem.peek(remote, 8), "little") != new:
+                if int.from_bytes(dst_mem.peek(remote, 8), "little") != new:
                     out.append(f"{what}: the peer's value is not the result")
-                if flow.src.mem.peek(local, 8) != m.data:
+                if src_mem.peek(local, 8) != m.data:
                     out.append(f"{what}: the original value did not come back")
         return out
 

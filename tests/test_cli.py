@@ -52,7 +52,7 @@ def test_scenario_errors_name_the_field(data, message):
 
 
 def test_examples_parse():
-    for path in sorted(p for p in (ROOT / "examples").iterdir() if p.is_file()):      # respond/: the responder's
+    for path in sorted(p for p in (ROOT / "examples").iterdir() if p.is_file()):  # respond/, loopback/: other formats
         sc = load_scenario(path)
         assert sc.workload.qpns
 
