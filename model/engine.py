@@ -638,9 +638,11 @@ class EngineModel:
         reliable = self._reliable(ctx)
         if wqe.opcode in REQUEST_OPS:
             if reliable and (psn_delta(ctx.next_psn, ctx.una_psn) >= WINDOW
-                             or self.requester.rd_pending(entry.qpn, ctx) >= ctx.max_rd_atomic):
+                             or ctx.rd_pending >= ctx.max_rd_atomic):
                 return 0
             psns = max(1, -(-(wqe.length - entry.offset) // mtu)) if wqe.opcode == WqeOpcode.RDMA_READ else 1
+            if reliable:
+                ctx.rd_pending += 1
             self._emit(entry, ctx, wqe, entry.offset == 0, True, b"", psns=psns)
             self._retire_ok(entry, ctx, wqe)
             return 1

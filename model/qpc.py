@@ -129,6 +129,7 @@ QPC_FIELDS: tuple[tuple[str, int, int], ...] = (
     ("sq_pi", 80, 16),           # send-queue producer index
     ("una_psn", 96, 24),         # RC: oldest unacknowledged PSN (the requester's; rnic.model.requester)
     ("req_wait", 120, 1),        # RC: waiting out an RNR NAK; the scheduler leaves the QP alone
+    ("rd_pending", 121, 3),      # RC: READs and atomics between sq_acked and sq_ci (sent, not completed)
     # --- bytes 16..127: software-owned ---
     ("service", 128, 8),         # ServiceType
     ("link_mode", 136, 8),       # rnic.model.descriptor.LinkMode
@@ -197,6 +198,7 @@ class QpContext(FieldRecord):
     sq_pi: int = 0
     una_psn: int = 0
     req_wait: int = 0
+    rd_pending: int = 0
     service: int = ServiceType.RC
     link_mode: int = LinkMode.ROCEV2_IPV4
     path_mtu: int = PathMtu.MTU_1024

@@ -106,8 +106,10 @@ class Requester:
                 and psn_delta(self._sent_end(ctx, self.read_req(qpn)), ctx.una_psn) > 0)
 
     def rd_pending(self, qpn: int, ctx: QpContext) -> int:
-        """READs and atomics sent and not yet completed: the engine sends another only below the QP's
-        ``max_rd_atomic`` (the peer remembers that many for duplicates)."""
+        """READs and atomics sent and not yet completed, counted from the send queue: what the context's
+        ``rd_pending`` must equal (the engine sends another only below ``max_rd_atomic``: the peer
+        remembers that many for duplicates). The engine adds one as it sends one; the requester takes
+        one off as it completes one and clears it when the send pointer moves to ``sq_acked``."""
         req, n = self.read_req(qpn), 0
         index = req.sq_acked
         while index != ctx.sq_ci:
@@ -265,7 +267,7 @@ class Requester:
     def _pull_forward(self, qpn, ctx, req) -> None:
         ahead = (req.sq_acked - ctx.sq_ci) & 0xFFFF
         if ahead and ahead <= (ctx.sq_pi - ctx.sq_ci) & 0xFFFF:
-            ctx.sq_ci, ctx.next_psn = req.sq_acked, req.wqe_psn
+            ctx.sq_ci, ctx.next_psn, ctx.rd_pending = req.sq_acked, req.wqe_psn, 0
             self.engine._rewound(qpn)
 
     def _retire(self, qpn, ctx, req, wqe: Wqe, span: int) -> None:
@@ -274,6 +276,8 @@ class Requester:
             self.engine._complete(qpn, ctx, Cqe(wr_id=wqe.wr_id, byte_len=wqe.length, qpn=qpn, opcode=wqe.opcode,
                                                 wqe_index=req.sq_acked))
         self.counts["completions"] += 1
+        if wqe.opcode == WqeOpcode.RDMA_READ or wqe.opcode in ATOMIC_OPS:
+            ctx.rd_pending -= 1
         req.sq_acked = (req.sq_acked + 1) & 0xFFFF
         req.wqe_psn = (req.wqe_psn + span) & PSN_MASK
         self._advance(qpn, ctx, req, req.wqe_psn)
@@ -294,7 +298,7 @@ class Requester:
     def _rewind(self, qpn, ctx, req) -> None:
         """The send pointer goes back to the oldest unacknowledged WQE (the engine skips what is acked)."""
         req.high_psn = self._sent_end(ctx, req)
-        ctx.next_psn, ctx.sq_ci = req.wqe_psn, req.sq_acked
+        ctx.next_psn, ctx.sq_ci, ctx.rd_pending = req.wqe_psn, req.sq_acked, 0
         self.engine._qpc_write(qpn, ctx)
         self.write_req(qpn, req)
         self.engine._rewound(qpn)
@@ -303,6 +307,8 @@ class Requester:
         """The WQE at ``sq_acked`` completes with ``status``; the QP goes to ERROR and every later WQE is
         flushed (those sent but unacknowledged first, then the engine's)."""
         wqe = self._wqe(ctx, req.sq_acked)
+        if (wqe.opcode == WqeOpcode.RDMA_READ or wqe.opcode in ATOMIC_OPS) and ctx.rd_pending:
+            ctx.rd_pending -= 1
         self.engine._count("wqe_errors")
         self.engine._complete(qpn, ctx, Cqe(wr_id=wqe.wr_id, qpn=qpn, opcode=wqe.opcode, status=status,
                                             wqe_index=req.sq_acked))
@@ -323,7 +329,7 @@ class Requester:
             self.engine._complete(qpn, ctx, Cqe(wr_id=wqe.wr_id, qpn=qpn, opcode=wqe.opcode,
                                                 status=CqeStatus.WR_FLUSH_ERR, wqe_index=req.sq_acked))
             req.sq_acked = (req.sq_acked + 1) & 0xFFFF
-        ctx.una_psn = ctx.next_psn
+        ctx.una_psn, ctx.rd_pending = ctx.next_psn, 0
         self.write_req(qpn, req)
 
     # --- timers -------------------------------------------------------------------------------------------

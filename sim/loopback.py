@@ -15,7 +15,8 @@ import random
 from dataclasses import dataclass, field
 
 from ..model.descriptor import LinkMode
-from ..model.qpc import ServiceType
+from ..model.qpc import QpState, ServiceType
+from ..model.responder import psn_delta
 from ..model.wqe import CQ_RECORD_BYTES, CQE_BYTES, Cqe, CqContext, CqeStatus, Wqe, WqeFlags, WqeOpcode
 from ..model.recv_records import CQE_FLAG_IMM, MemoryRegion, RecvOpcode, RecvWqe, Sge
 from ..model.responder_exec import GRH_BYTES
@@ -95,6 +96,7 @@ class Loopback:
     seed: int = 0
     retry: tuple[int, int] = (7, 7)
     rnr: int = 0                    # receive WQEs are posted late, after this many quiet periods (RNR NAKs first)
+    audit: bool = False             # check the requester's invariants after every step (tests)
 
     def __post_init__(self):
         if max(len(self.messages), len(self.back)) > REMOTE_MR[3] // SLOT:
@@ -178,6 +180,8 @@ class Loopback:
                 for frame in self.links[key].deliver(everything=not moved):
                     dst.resp.receive(frame)
                     moved = True
+                    if self.audit:
+                        self._audit()
             if moved:
                 continue
             quiet += 1
@@ -191,6 +195,21 @@ class Loopback:
             if not fired:
                 break
         return self
+
+    def _audit(self) -> None:
+        """The requester's invariants on both nodes: ``sq_acked`` <= ``sq_ci`` <= ``sq_pi`` in ring order,
+        ``rd_pending`` equal to the READs and atomics between them, ``una_psn`` not behind ``wqe_psn``."""
+        for node in (self.pair.a, self.pair.b):
+            for qpn in (A_QPN, B_QPN):
+                ctx = node.engine._qpc_peek(qpn)
+                if ctx.service != ServiceType.RC or ctx.state != QpState.RTS:
+                    continue
+                req = node.req.read_req(qpn)
+                acked, sent = (ctx.sq_ci - req.sq_acked) & 0xFFFF, (ctx.sq_pi - req.sq_acked) & 0xFFFF
+                assert acked <= sent, f"QP {qpn}: sq_acked {req.sq_acked} sq_ci {ctx.sq_ci} sq_pi {ctx.sq_pi}"
+                assert ctx.rd_pending == node.req.rd_pending(qpn, ctx), \
+                    f"QP {qpn}: rd_pending {ctx.rd_pending}, the send queue says {node.req.rd_pending(qpn, ctx)}"
+                assert psn_delta(ctx.una_psn, req.wqe_psn) >= 0, f"QP {qpn}: una_psn behind wqe_psn"
 
     # --- the end-to-end scoreboard -------------------------------------------------------------------
 

@@ -293,7 +293,7 @@ def test_lossy_links_deliver_every_message_once(loss, service):
         knobs = LinkKnobs(loss=loss, dup=loss, corrupt=loss, reorder=rng.choice([0, 3]) if loss else 0)
         lb = Loopback(random_messages(rng, 15, mtu, service), random_messages(rng, 8, mtu, service), service=service,
                       mode=rng.choice(list(LinkMode)), mtu=mtu, ab=knobs, ba=knobs, seed=s * 100 + k,
-                      rnr=rng.choice([0, 0, 2]) if service == ServiceType.RC else 0).run()
+                      rnr=rng.choice([0, 0, 2]) if service == ServiceType.RC else 0, audit=True).run()
         assert lb.check() == [], f"RNIC_SEED={s} pair {k}: {lb.summary()}"
         if loss == 0:
             assert lb.pair.a.req.counts["retransmits"] == lb.pair.b.req.counts["retransmits"] == 0
