@@ -7,8 +7,12 @@ SENDs, SENDs with immediate, RDMA WRITEs and WRITEs with immediate (RC and UC) o
 RDMA READs; B's receive WQEs are posted through ``DB_RQ_PI``, A's send queue rung through ``DB_SQ_PI``.
 B executes every request and answers; A counts B's responses (the requester's side of them, completion
 at ACK time and READ data into A's memory, is the next step). Checked: every frame each way byte for
-byte, both engines' memory (after a QPC_CMD FLUSH on each) and receive counters. Rerun with
-``RNIC_SEED``.
+byte, both engines' memory (after a QPC_CMD FLUSH on each) and receive counters. RC also sends atomics.
+
+``test_lossy_link``: UC and UD messages both ways at once (:class:`rnic.sim.loopback.Loopback`) through
+links that lose, repeat, hold back and corrupt frames, their fates drawn in frame order from the same
+seeds as the model's links: every frame each engine sends, both memories and the receive counters equal
+the model's, and the end-to-end scoreboard passes on the RTL's memory. Rerun with ``RNIC_SEED``.
 """
 
 from __future__ import annotations
