@@ -21,6 +21,15 @@ class LinkKnobs:
     corrupt: float = 0.0            # probability that one bit of a frame flips (the receiver's ICRC drops it)
     cut: bool = False               # every frame is lost
 
+    def __post_init__(self):
+        for name in ("loss", "dup", "corrupt", "hold"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise ValueError(f"link knob {name} is a probability (0 to 1), not {getattr(self, name)!r}")
+        if not isinstance(self.reorder, int) or self.reorder < 0:
+            raise ValueError(f"link knob reorder is a number of frames (0 or more), not {self.reorder!r}")
+        if any(not isinstance(n, int) or n < 0 for n in self.drop_nth):
+            raise ValueError(f"link knob drop_nth holds frame numbers (0 = the first), not {sorted(self.drop_nth)!r}")
+
 
 @dataclass
 class Link:

@@ -50,3 +50,8 @@ def test_pcaps_dissect_in_tshark(tmp_path):
                                capture_output=True, text=True, check=True).stdout.splitlines()
         assert len(lines) == len(frames)
         assert all("infiniband" in line.split(":") for line in lines), name
+
+
+def test_bad_knob(tmp_path, capsys):
+    assert main(["loopback", str(EXAMPLE), "--out", str(tmp_path), "--loss", "1.5"]) == 1
+    assert "loss is a probability" in capsys.readouterr().err
