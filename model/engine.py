@@ -39,7 +39,7 @@ __all__ = ["HostMemory", "ERROR_ALIGN", "PAGE", "sq_slot", "split_bursts", "Sgid
 
 PAGE = 4096
 WINDOW = 128                # RC with a requester: unacknowledged PSNs per QP (rxe: RXE_MAX_UNACKED_PSNS)
-ACKREQ_EVERY = 64           # RC with a requester: AckReq at least every 64 PSNs (rxe: RXE_MAX_PKT_PER_ACK)
+ACKREQ_EVERY = 64           # RC: AckReq on every packet whose PSN is 63 mod 64 (rxe: RXE_MAX_PKT_PER_ACK)
 ERROR_ALIGN = 64            # injected bus-error ranges are aligned to the widest data bus (bytes)
 PSN_MASK = (1 << 24) - 1
 MAX_LOG_RING = 15           # SQ and CQ rings hold at most 2**15 entries (16-bit indices)
@@ -713,7 +713,7 @@ class EngineModel:
             dst_mac=wqe.dst_mac if ud else ctx.dst_mac, dst_gid=wqe.dst_gid if ud else ctx.dst_gid,
             dlid=wqe.dlid if ud else ctx.dlid, se=int(solicited),
             dest_qp=wqe.dest_qpn if ud else ctx.dest_qpn,
-            ackreq=int(last or self._reliable(ctx) and ctx.next_psn % ACKREQ_EVERY == ACKREQ_EVERY - 1),
+            ackreq=int(last or ctx.service == ServiceType.RC and ctx.next_psn % ACKREQ_EVERY == ACKREQ_EVERY - 1),
             reth_va=(wqe.remote_addr + off) & (1 << 64) - 1 if has_reth else 0, reth_rkey=wqe.rkey if has_reth else 0,
             reth_dma_len=wqe.length - off if has_reth else 0,
             atomic_va=wqe.remote_addr if atomic else 0, atomic_rkey=wqe.rkey if atomic else 0,

@@ -8,23 +8,24 @@ IBTA Vol 1 ch. 9.7 as Linux rxe (rxe_comp.c) applies it; docs/reliability.md has
 requester attached the engine changes for RC QPs only:
 
 * a WQE completes when it is acknowledged, not when it is sent (UC and UD complete when sent);
-* at most :data:`WINDOW` PSNs are unacknowledged: a request whose first PSN is past ``una_psn + WINDOW``
-  waits, and so does a FENCE WQE until every earlier PSN is acknowledged;
-* AckReq is set on a message's last packet and on every packet whose PSN is ``63 mod 64``;
+* at most :data:`~rnic.model.engine.WINDOW` (128) PSNs are unacknowledged: a request whose first PSN is
+  past ``una_psn + 127`` waits; so does a FENCE WQE until every earlier PSN is acknowledged, and a READ or
+  atomic while ``rd_pending`` is at the QP's ``max_rd_atomic``;
 * a WQE started with ``next_psn`` behind ``una_psn`` (a retransmission inside a partly acknowledged
   message, or a READ partly answered) skips the acknowledged packets: zero copy, nothing kept on chip.
 
-The state: ``una_psn`` and ``req_wait`` in the QP context (the transmit side reads them), the rest in the
-QP's :class:`~rnic.model.req_records.ReqContext` at ``REQ_BASE + 32 * qpn``. Time is not modelled: the
+The state: ``una_psn``, ``req_wait`` and ``rd_pending`` in the QP context (the transmit side reads them),
+the rest in the QP's :class:`~rnic.model.req_records.ReqContext` at ``REQ_BASE + 32 * qpn``. Time is not
+modelled: the
 harness calls :meth:`Requester.timeout` when a QP's local ACK timer would expire and
-:meth:`Requester.rnr_expired` when its RNR wait ends (:func:`rnic.model.responder.RNR_TIMER_US`).
+:meth:`Requester.rnr_expired` when its RNR wait ends (:data:`rnic.model.responder.RNR_TIMER_US`).
 """
 
 from __future__ import annotations
 
 import enum
 
-from .engine import ACKREQ_EVERY, ATOMIC_OPS, PSN_MASK, WINDOW, sq_slot
+from .engine import ATOMIC_OPS, PSN_MASK, sq_slot
 from .opcodes import Position
 from .qpc import BusError, PathMtu, QpContext, QpState, ServiceType
 from .responder import psn_delta
@@ -32,7 +33,7 @@ from .regs import ErrBit
 from .req_records import REQ_BYTES, MUTABLE_BYTES, ReqContext
 from .wqe import WQE_BYTES, Cqe, CqeStatus, Wqe, WqeFlags, WqeOpcode
 
-__all__ = ["WINDOW", "ACKREQ_EVERY", "RespDrop", "REQ_COUNTS", "Requester", "psn_span", "ackreq"]
+__all__ = ["RespDrop", "REQ_COUNTS", "Requester", "psn_span"]
 
 REQ_COUNTS = ("acks", "read_responses", "atomic_acks", "naks_seq", "naks_inv", "naks_access", "naks_op",
               "rnr_naks", "implied_naks", "retransmits", "timeouts", "rnr_retries", "completions")
@@ -56,11 +57,6 @@ def psn_span(wqe: Wqe, mtu: int) -> int:
     if wqe.opcode in ATOMIC_OPS:
         return 1
     return max(1, -(-wqe.length // mtu))
-
-
-def ackreq(psn: int, last: bool) -> bool:
-    """The requester's AckReq rule."""
-    return last or psn % ACKREQ_EVERY == ACKREQ_EVERY - 1
 
 
 class _Fatal(Exception):

@@ -4,7 +4,7 @@ from amaranth import Cat, Const, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from ...model.engine import ATOMIC_OPS, BTH_BASE, IMM_OPS, REQUEST_OPS, SEND_OPS
+from ...model.engine import ACKREQ_EVERY, ATOMIC_OPS, BTH_BASE, IMM_OPS, REQUEST_OPS, SEND_OPS
 from ...model.opcodes import Opcode
 from ...model.qpc import ServiceType
 from ...model.wqe import WqeOpcode
@@ -25,7 +25,8 @@ class Segmenter(wiring.Component):
     is combinational from those registers. An RDMA READ is one packet with no payload and as many
     PSNs as its response takes; an atomic is one packet with no payload, one PSN and an AtomicETH from
     the WQE's ``remote_addr``, ``rkey``, ``compare_add`` and ``swap``; the BTH opcode is :func:`rnic.model.engine.bth_opcode` built from
-    the model's tables (:data:`~rnic.model.engine.BTH_BASE`, ``SEND_OPS``, ``IMM_OPS``).
+    the model's tables (:data:`~rnic.model.engine.BTH_BASE`, ``SEND_OPS``, ``IMM_OPS``). AckReq is set on a
+    message's last packet and, on RC, on every packet whose PSN is 63 mod 64.
 
     Members
     -------
@@ -117,7 +118,8 @@ class Segmenter(wiring.Component):
             d.opcode.eq(bth_op),
             d.se.eq(wqe.flags[1] & last & (send_op | (op == WqeOpcode.RDMA_WRITE_WITH_IMM))),
             d.pkey.eq(ctx.pkey), d.dest_qp.eq(Mux(ud, wqe.dest_qpn, ctx.dest_qpn)),
-            d.ackreq.eq(last), d.psn.eq(self.issue_psn),
+            d.ackreq.eq(last | ((ctx.service == ServiceType.RC) & (self.issue_psn[:ACKREQ_EVERY.bit_length() - 1] == ACKREQ_EVERY - 1))),
+            d.psn.eq(self.issue_psn),
             d.reth_va.eq(Mux(has_reth, wqe.remote_addr, 0)), d.reth_rkey.eq(Mux(has_reth, wqe.rkey, 0)),
             d.reth_dma_len.eq(Mux(has_reth, wqe.length, 0)),
             d.atomic_va.eq(Mux(atomic, wqe.remote_addr, 0)), d.atomic_rkey.eq(Mux(atomic, wqe.rkey, 0)),

@@ -129,7 +129,8 @@ def test_segmentation(mtu, op, service):
         assert b.drv.qp(0).next_psn == (start + n) % (1 << 24)
         assert b"".join(p.payload for p in pkts) == data
         assert [len(p.payload) for p in pkts] == [min(size, length - i * size) for i in range(n)]
-        assert [p.desc.ackreq for p in pkts] == [0] * (n - 1) + [1]
+        assert [p.desc.ackreq for p in pkts] == [int(i == n - 1 or service == ServiceType.RC and
+                                                     (start + i) % 64 == 63) for i in range(n)]
         for i, p in enumerate(pkts):
             has_reth = op in (WqeOpcode.RDMA_WRITE, WqeOpcode.RDMA_WRITE_WITH_IMM) and i == 0
             assert (p.desc.reth_va, p.desc.reth_rkey, p.desc.reth_dma_len) == (

@@ -31,7 +31,7 @@ def test_field_table():
         used |= mask
         assert off + width <= RECORD_BITS
     mutable = {n for n, off, w in QPC_FIELDS if off < MUTABLE_BYTES * 8}
-    assert mutable == {"state", "next_psn", "epsn", "retry_cnt", "rnr_retry_cnt", "sq_ci", "sq_pi", "una_psn", "req_wait"}
+    assert mutable == {"state", "next_psn", "epsn", "retry_cnt", "rnr_retry_cnt", "sq_ci", "sq_pi", "una_psn", "req_wait", "rd_pending"}
     assert all(off + w <= MUTABLE_BYTES * 8 for n, off, w in QPC_FIELDS if n in mutable)
 
 
