@@ -26,14 +26,14 @@ from __future__ import annotations
 import enum
 
 from .engine import ATOMIC_OPS, PSN_MASK, sq_slot
-from .opcodes import Position
+from .opcodes import Position, opcode_info
 from .qpc import BusError, PathMtu, QpContext, QpState, ServiceType
 from .responder import psn_delta
 from .regs import ErrBit
 from .req_records import REQ_BYTES, MUTABLE_BYTES, ReqContext
 from .wqe import WQE_BYTES, Cqe, CqeStatus, Wqe, WqeFlags, WqeOpcode
 
-__all__ = ["RespDrop", "REQ_COUNTS", "Requester", "psn_span"]
+__all__ = ["RespDrop", "RespKind", "Step", "REQ_COUNTS", "Requester", "psn_span", "sent_end", "classify", "walk_step"]
 
 REQ_COUNTS = ("acks", "read_responses", "atomic_acks", "naks_seq", "naks_inv", "naks_access", "naks_op",
               "rnr_naks", "implied_naks", "retransmits", "timeouts", "rnr_retries", "completions")
@@ -57,6 +57,63 @@ def psn_span(wqe: Wqe, mtu: int) -> int:
     if wqe.opcode in ATOMIC_OPS:
         return 1
     return max(1, -(-wqe.length // mtu))
+
+
+class RespKind(enum.IntEnum):
+    """What a response that passed :func:`classify` asks for."""
+    ACK = 0             # PSNs up to the response's done
+    RNR = 1             # RNR NAK: wait, then send again from its PSN
+    NAK_SEQ = 2         # NAK 0x60: go back to its PSN
+    NAK_FATAL = 3       # NAK 0x61 / 0x62 / 0x63 (or a reserved NAK code: as 0x63): the WQE fails
+    RESERVED = 4        # an AETH syndrome of no known kind (bits 7:5 not 0, 1 or 3): a bad response, the WQE fails
+    READ_RESPONSE = 5
+    ATOMIC_ACK = 6
+
+
+_LIVE = (QpState.RTS, QpState.SQD, QpState.SQE)
+
+
+def sent_end(next_psn: int, high_psn: int) -> int:
+    """The PSN after the last one sent: ``next_psn``, or ``high_psn`` after a go-back."""
+    return next_psn if psn_delta(next_psn, high_psn) >= 0 else high_psn
+
+
+def classify(state: int, service: int, una_psn: int, next_psn: int, high_psn: int, opcode: int, psn: int,
+             syndrome: int) -> RespDrop | RespKind:
+    """The first decision on a response of an RC QP: dropped (and why) or what it asks for."""
+    if state not in _LIVE:
+        return RespDrop.QP_STATE
+    if service != ServiceType.RC:
+        return RespDrop.NOT_RC
+    if psn_delta(psn, una_psn) < 0:
+        return RespDrop.STALE
+    if psn_delta(psn, sent_end(next_psn, high_psn)) >= 0:
+        return RespDrop.GHOST
+    operation = opcode_info(opcode).operation
+    if operation == "RDMA_READ_RESPONSE":
+        return RespKind.READ_RESPONSE
+    if operation == "ATOMIC_ACKNOWLEDGE":
+        return RespKind.ATOMIC_ACK
+    kind = syndrome >> 5                    # bits 7:5, as rxe reads them: bit 7 set is no known kind
+    if kind == 3:
+        return RespKind.NAK_SEQ if syndrome & 0x1F == 0 else RespKind.NAK_FATAL
+    return {0: RespKind.ACK, 1: RespKind.RNR}.get(kind, RespKind.RESERVED)
+
+
+class Step(enum.IntEnum):
+    """One step of the acknowledgement walk over the send queue, for the WQE at ``sq_acked``."""
+    COMPLETE = 0        # its PSNs all lie before the bound: it completes
+    IMPLIED = 1         # a READ or atomic whose PSNs all lie before the bound: its response was lost
+    STOP = 2            # not all its PSNs lie before the bound
+
+
+def walk_step(opcode: int, length: int, mtu: int, wqe_psn: int, bound: int) -> Step:
+    """The walk's decision for a WQE whose first PSN is ``wqe_psn`` when everything before ``bound`` is
+    acknowledged (its PSN span: :func:`psn_span`)."""
+    span = 1 if opcode in ATOMIC_OPS else max(1, -(-length // mtu))
+    if psn_delta(bound, (wqe_psn + span) & PSN_MASK) < 0:
+        return Step.STOP
+    return Step.IMPLIED if opcode == WqeOpcode.RDMA_READ or opcode in ATOMIC_OPS else Step.COMPLETE
 
 
 class _Fatal(Exception):
@@ -92,8 +149,7 @@ class Requester:
 
     @staticmethod
     def _sent_end(ctx, req) -> int:
-        """The PSN after the last one sent: ``next_psn``, or ``high_psn`` after a go-back."""
-        return ctx.next_psn if psn_delta(ctx.next_psn, req.high_psn) >= 0 else req.high_psn
+        return sent_end(ctx.next_psn, req.high_psn)
 
     def outstanding(self, qpn: int) -> bool:
         """QP ``qpn`` has sent PSNs not yet acknowledged (its local ACK timer runs)."""
@@ -120,22 +176,16 @@ class Requester:
 
     def response(self, qpn: int, ctx: QpContext, desc, payload: bytes) -> RespDrop | None:
         """One response of QP ``qpn`` (its context as read): None if it was used, else why not."""
-        from .opcodes import opcode_info
-        if ctx.state not in (QpState.RTS, QpState.SQD, QpState.SQE):
-            return self._drop(RespDrop.QP_STATE)
-        if ctx.service != ServiceType.RC:
-            return self._drop(RespDrop.NOT_RC)
-        info = opcode_info(desc.opcode)
-        psn = desc.psn
         req = self.read_req(qpn)
-        if psn_delta(psn, ctx.una_psn) < 0:
-            return self._drop(RespDrop.STALE)
-        if psn_delta(psn, self._sent_end(ctx, req)) >= 0:
-            return self._drop(RespDrop.GHOST)
+        psn = desc.psn
+        kind = classify(ctx.state, ctx.service, ctx.una_psn, ctx.next_psn, req.high_psn, desc.opcode, psn,
+                        desc.aeth_syndrome)
+        if isinstance(kind, RespDrop):
+            return self._drop(kind)
         mtu = PathMtu(ctx.path_mtu).bytes
         try:
-            if info.operation == "ACKNOWLEDGE":
-                return self._aeth(qpn, ctx, req, mtu, psn, desc.aeth_syndrome)
+            if kind not in (RespKind.READ_RESPONSE, RespKind.ATOMIC_ACK):
+                return self._aeth(qpn, ctx, req, mtu, psn, kind, desc.aeth_syndrome)
             # a READ response or an atomic ACK implies the ACK of every earlier PSN
             if not self._complete_before(qpn, ctx, req, mtu, psn):
                 return None
@@ -143,8 +193,8 @@ class Requester:
             if psn != ctx.una_psn:
                 self._go_back(qpn, ctx, req)
                 return self._drop(RespDrop.AHEAD)
-            if info.operation == "RDMA_READ_RESPONSE":
-                self._read_response(qpn, ctx, req, mtu, wqe, info.position, payload)
+            if kind == RespKind.READ_RESPONSE:
+                self._read_response(qpn, ctx, req, mtu, wqe, opcode_info(desc.opcode).position, payload)
             else:
                 self._atomic_ack(qpn, ctx, req, wqe, desc.atomic_orig)
         except _Fatal as fatal:
@@ -155,9 +205,8 @@ class Requester:
         self.drops[reason] += 1
         return reason
 
-    def _aeth(self, qpn, ctx, req, mtu, psn, syndrome) -> RespDrop | None:
-        kind = syndrome >> 5
-        if kind == 0:                                                   # ACK: PSNs up to psn done
+    def _aeth(self, qpn, ctx, req, mtu, psn, kind: RespKind, syndrome: int) -> RespDrop | None:
+        if kind == RespKind.ACK:                                        # PSNs up to psn done
             self.counts["acks"] += 1
             if self._complete_before(qpn, ctx, req, mtu, (psn + 1) & PSN_MASK) and psn_delta(psn, ctx.una_psn) >= 0:
                 wqe = self._wqe(ctx, req.sq_acked)                     # psn is inside this WQE's PSNs
@@ -169,7 +218,9 @@ class Requester:
             return None
         if not self._complete_before(qpn, ctx, req, mtu, psn):         # every NAK acknowledges before it
             return None
-        if kind == 1:                                                   # RNR NAK
+        if kind == RespKind.RESERVED:
+            raise _Fatal(CqeStatus.BAD_RESP_ERR)
+        if kind == RespKind.RNR:
             self.counts["rnr_naks"] += 1
             self._advance(qpn, ctx, req, psn)
             if ctx.rnr_limit != 7:
@@ -181,30 +232,28 @@ class Requester:
             ctx.req_wait = 1
             self._rewind(qpn, ctx, req)
             return None
-        if kind == 3:
-            code = syndrome & 0x1F | 0x60
-            self.counts[_NAK_COUNT.get(code, "naks_op")] += 1
-            if code == 0x60:
-                self._advance(qpn, ctx, req, psn)
-                if not self._go_back(qpn, ctx, req):
-                    return self._drop(RespDrop.RETRYING)
-                return None
-            raise _Fatal(_NAK_STATUS.get(code, CqeStatus.REM_OP_ERR))
-        raise _Fatal(CqeStatus.BAD_RESP_ERR)                            # kind 2: reserved
+        code = syndrome & 0x1F | 0x60
+        self.counts[_NAK_COUNT.get(code, "naks_op")] += 1
+        if kind == RespKind.NAK_SEQ:
+            self._advance(qpn, ctx, req, psn)
+            if not self._go_back(qpn, ctx, req):
+                return self._drop(RespDrop.RETRYING)
+            return None
+        raise _Fatal(_NAK_STATUS.get(code, CqeStatus.REM_OP_ERR))
 
     def _complete_before(self, qpn, ctx, req, mtu, psn) -> bool:
         """Complete every WQE whose PSNs all lie before ``psn``; False if one is a READ or atomic, whose
         responses were then lost (an implied NAK: go back to it)."""
         while req.sq_acked != ctx.sq_pi:
             wqe = self._wqe(ctx, req.sq_acked)
-            span = psn_span(wqe, mtu)
-            if psn_delta(psn, (req.wqe_psn + span) & PSN_MASK) < 0:
+            step = walk_step(wqe.opcode, wqe.length, mtu, req.wqe_psn, psn)
+            if step == Step.STOP:
                 return True
-            if wqe.opcode == WqeOpcode.RDMA_READ or wqe.opcode in ATOMIC_OPS:
+            if step == Step.IMPLIED:
                 self.counts["implied_naks"] += 1
                 self._go_back(qpn, ctx, req)
                 return False
-            self._retire(qpn, ctx, req, wqe, span)
+            self._retire(qpn, ctx, req, wqe, psn_span(wqe, mtu))
         return True
 
     def _read_response(self, qpn, ctx, req, mtu, wqe, position, payload) -> None:
