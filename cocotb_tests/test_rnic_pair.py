@@ -256,7 +256,8 @@ async def _lossy_case(dut, rng, a: Side, b: Side, mode: LinkMode, service: Servi
                 break
         waited = waited + 200 if now == last else 0
         last = now
-        assert waited < STALL, f"no progress for {STALL} clocks: {now}, the model sent {len(want['a'])} / {len(want['b'])}"
+        assert waited < STALL, \
+            f"no progress for {STALL} clocks: {now}, the model sent {len(want['a'])} / {len(want['b'])}"
     await ClockCycles(dut.clk, 300)
     for t in tasks:
         t.cancel()

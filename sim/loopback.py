@@ -258,7 +258,8 @@ class Loopback:
                         and (m.op == WqeOpcode.RDMA_WRITE_WITH_IMM or buffer == m.data))
             if rc:
                 if j >= len(expected) or not fits(expected[j]):
-                    out.append(f"receive completion {c.wr_id}: not message {expected[j] if j < len(expected) else None}")
+                    want = expected[j] if j < len(expected) else None
+                    out.append(f"receive completion {c.wr_id}: not message {want}")
                     break
                 arrived.add(expected[j])
                 j += 1

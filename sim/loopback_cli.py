@@ -117,7 +117,8 @@ def run_loopback(scenario, out: Path, *, seed: int | None = None, knobs: dict | 
         sent, got = lb.delivered.get(peer, (0, 0))
         text = ", ".join(f"{v} {k}" for k, v in sorted(done.items())) or "-"
         signaled = sum(m.signaled for m in msgs)
-        print(f"{name:<5} {len(msgs):>6} {signaled:>8}  {text:<30} {c['retransmits']:>11} {c['timeouts']:>8} {c['rnr_retries']:>11}  "
+        print(f"{name:<5} {len(msgs):>6} {signaled:>8}  {text:<30} {c['retransmits']:>11} {c['timeouts']:>8} "
+              f"{c['rnr_retries']:>11}  "
               f"{naks:<20} {got} of {sent} receive messages")
     out.mkdir(parents=True, exist_ok=True)
     for name, frames in lb.captured.items():

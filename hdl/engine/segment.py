@@ -24,9 +24,10 @@ class Segmenter(wiring.Component):
     state only from Send-Loop, with ``issue_off``, the WQE and the context held meanwhile. The rest
     is combinational from those registers. An RDMA READ is one packet with no payload and as many
     PSNs as its response takes; an atomic is one packet with no payload, one PSN and an AtomicETH from
-    the WQE's ``remote_addr``, ``rkey``, ``compare_add`` and ``swap``; the BTH opcode is :func:`rnic.model.engine.bth_opcode` built from
-    the model's tables (:data:`~rnic.model.engine.BTH_BASE`, ``SEND_OPS``, ``IMM_OPS``). AckReq is set on a
-    message's last packet and, on RC, on every packet whose PSN is 63 mod 64.
+    the WQE's ``remote_addr``, ``rkey``, ``compare_add`` and ``swap``. The BTH opcode is
+    :func:`rnic.model.engine.bth_opcode` built from the model's tables
+    (:data:`~rnic.model.engine.BTH_BASE`, ``SEND_OPS``, ``IMM_OPS``). AckReq is set on a message's last
+    packet and, on RC, on every packet whose PSN is 63 mod 64.
 
     Members
     -------
@@ -103,6 +104,8 @@ class Segmenter(wiring.Component):
                                       Mux(is_fadd, int(ATOMIC_OPS[WqeOpcode.ATOMIC_FETCH_ADD]),
                                           base | (low + Mux(send_op, 0, 6))))))
 
+        ackreq_psn = (ctx.service == ServiceType.RC) & (
+            self.issue_psn[:ACKREQ_EVERY.bit_length() - 1] == ACKREQ_EVERY - 1)     # every 64th PSN on RC
         d = self.desc
         has_reth = is_read | (~send_op & ~is_request & first)
         atomic = is_cas | is_fadd
@@ -118,7 +121,7 @@ class Segmenter(wiring.Component):
             d.opcode.eq(bth_op),
             d.se.eq(wqe.flags[1] & last & (send_op | (op == WqeOpcode.RDMA_WRITE_WITH_IMM))),
             d.pkey.eq(ctx.pkey), d.dest_qp.eq(Mux(ud, wqe.dest_qpn, ctx.dest_qpn)),
-            d.ackreq.eq(last | ((ctx.service == ServiceType.RC) & (self.issue_psn[:ACKREQ_EVERY.bit_length() - 1] == ACKREQ_EVERY - 1))),
+            d.ackreq.eq(last | ackreq_psn),
             d.psn.eq(self.issue_psn),
             d.reth_va.eq(Mux(has_reth, wqe.remote_addr, 0)), d.reth_rkey.eq(Mux(has_reth, wqe.rkey, 0)),
             d.reth_dma_len.eq(Mux(has_reth, wqe.length, 0)),

@@ -204,7 +204,8 @@ def test_cut_link_exhausts_the_retries():
 
 
 def test_link_cut_then_restored_recovers():
-    lb = Loopback([Message(WqeOpcode.RDMA_WRITE, 3000, bytes(range(200)) * 15)], ab=LinkKnobs(drop_nth=frozenset({0, 1, 2, 3})))
+    lb = Loopback([Message(WqeOpcode.RDMA_WRITE, 3000, bytes(range(200)) * 15)],
+                  ab=LinkKnobs(drop_nth=frozenset({0, 1, 2, 3})))
     assert lb.run().check() == []
     assert lb.pair.a.req.counts["timeouts"] >= 1
 
