@@ -11,6 +11,7 @@ round trip, as it is in the engine).
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from dataclasses import dataclass, field
 
@@ -21,7 +22,7 @@ from ..model.wqe import CQ_RECORD_BYTES, CQE_BYTES, Cqe, CqContext, CqeStatus, W
 from ..model.recv_records import CQE_FLAG_IMM, MemoryRegion, RecvOpcode, RecvWqe, Sge
 from ..model.responder_exec import GRH_BYTES
 from .link import Link, LinkKnobs
-from .responder_pair import A_QPN, B_QPN, CQ_BASE, LOCAL_DATA, PD, RECV_MR, REMOTE_MR, Pair
+from .responder_pair import A_QPN, B_QPN, CQ_BASE, LOCAL_DATA, PD, RECV_MR, REMOTE_MR, RQ_BASE, SQ_BASE, Pair
 
 __all__ = ["Message", "Loopback", "random_messages", "cq_entries"]
 
@@ -67,13 +68,15 @@ def cq_entries(mem, cqn: int) -> list[Cqe]:
 
 @dataclass
 class _Flow:
-    """One direction's messages: ``src`` QP ``sq`` sends to ``dst`` QP ``dq``."""
+    """One QP pair's messages one way: ``src`` QP ``sq`` sends ``messages[i]`` for ``i`` in ``indices`` to
+    ``dst`` QP ``dq`` (``i`` numbers the direction's messages: its slots, its wr_id and immediate)."""
     name: str
     src: object
     sq: int
     dst: object
     dq: int
     messages: list[Message]
+    indices: list[int]
 
 
 RECV_OPS = (WqeOpcode.SEND, WqeOpcode.SEND_WITH_IMM, WqeOpcode.RDMA_WRITE_WITH_IMM)
@@ -83,8 +86,9 @@ ANSWERED_OPS = (WqeOpcode.RDMA_READ, WqeOpcode.ATOMIC_CMP_SWAP, WqeOpcode.ATOMIC
 
 @dataclass
 class Loopback:
-    """Node A sends ``messages`` on QP 1 to node B's QP 2 and B sends ``back`` to A, over links with knobs
-    ``ab`` (A to B) and ``ba``; one service for both QPs (UC and UD take the operations they allow)."""
+    """Node A sends ``messages`` to node B and B sends ``back`` to A, over links with knobs ``ab`` (A to B)
+    and ``ba``, on ``qps`` pairs of connected QPs (A's QP 1 + 2k with B's QP 2 + 2k; message i goes on pair
+    i mod ``qps``); one service for all (UC and UD take the operations they allow)."""
 
     messages: list[Message]
     back: list[Message] = field(default_factory=list)
@@ -97,6 +101,7 @@ class Loopback:
     retry: tuple[int, int] = (7, 7)
     rnr: int = 0                    # receive WQEs are posted late, after this many quiet periods (RNR NAKs first)
     audit: bool = False             # check the requester's invariants after every step (tests)
+    qps: int = 1
 
     def __post_init__(self):
         if max(len(self.messages), len(self.back)) > REMOTE_MR[3] // SLOT:
@@ -106,15 +111,30 @@ class Loopback:
             ok = allowed[self.service]
             if ok is not None and m.op not in ok or self.service == ServiceType.UD and m.length > self.mtu:
                 raise ValueError(f"{m.op.name} of {m.length} B on {self.service.name}")
+        if not 1 <= self.qps <= 7:
+            raise ValueError(f"qps {self.qps}: 1 to 7 QP pairs")
         self.pair = Pair(self.mode, self.service, mtu=self.mtu, psn=random.Random(self.seed).randrange(1 << 24),
                          reliable=True, retry=self.retry)
         p = self.pair
+        self.qpns = {"a": [A_QPN + 2 * k for k in range(self.qps)], "b": [B_QPN + 2 * k for k in range(self.qps)]}
+        for k in range(1, self.qps):                                        # more pairs like the first
+            for node, qpn, dest in ((p.a, A_QPN, B_QPN), (p.b, B_QPN, A_QPN)):
+                ctx = dataclasses.replace(node.driver.qp(qpn), qpn=qpn + 2 * k, dest_qpn=dest + 2 * k,
+                                          sq_base=SQ_BASE + k * 0x1000, next_psn=(node.driver.qp(qpn).next_psn
+                                                                                   + 1000 * k) & 0xFFFFFF)
+                ctx.epsn = ctx.next_psn
+                rx = dataclasses.replace(node.driver.rx(qpn), rq_base=RQ_BASE + k * 0x800, rq_ci=0, rq_pi=0)
+                node.driver.create_qp(qpn + 2 * k, ctx, rx, timeout=14)
         for index, key, va, length, addr, access in (REMOTE_MR, RECV_MR):     # A gets B's regions too
             p.a.driver.reg_mr(index, MemoryRegion(va=va, length=length, addr=addr, pd=PD, access=access, key=key))
         self.links = {"a-to-b": Link(self.ab, self.seed * 2 + 1), "b-to-a": Link(self.ba, self.seed * 2 + 2)}
         self.captured: dict[str, list[bytes]] = {name: [] for name in self.links}    # frames as each node sent them
-        self.flows = [_Flow("a-to-b", p.a, A_QPN, p.b, B_QPN, self.messages),
-                      _Flow("b-to-a", p.b, B_QPN, p.a, A_QPN, self.back)]
+        self.flows = []
+        for k in range(self.qps):
+            for name, src, sq, dst, dq, msgs in (("a-to-b", p.a, A_QPN, p.b, B_QPN, self.messages),
+                                                 ("b-to-a", p.b, B_QPN, p.a, A_QPN, self.back)):
+                indices = list(range(k, len(msgs), self.qps))
+                self.flows.append(_Flow(name, src, sq + 2 * k, dst, dq + 2 * k, msgs, indices))
         self._recvs: list[tuple[_Flow, int]] = []
         self.delivered: dict[str, tuple[int, int]] = {}        # per direction: messages for receive WQEs, arrived
         for flow in self.flows:
@@ -127,7 +147,8 @@ class Loopback:
         ud = {}
         if self.service == ServiceType.UD:
             ud = dict(dest_qpn=ctx.dest_qpn, qkey=ctx.qkey, dst_mac=ctx.dst_mac, dst_gid=ctx.dst_gid, dlid=ctx.dlid)
-        for i, m in enumerate(flow.messages):
+        for i in flow.indices:
+            m = flow.messages[i]
             local = LOCAL_DATA + i * SLOT
             remote = REMOTE_MR[2] + i * SLOT
             if m.op in ANSWERED_OPS:
@@ -158,7 +179,7 @@ class Loopback:
     def run(self, max_quiet: int = 200) -> "Loopback":
         p = self.pair
         for flow in self.flows:
-            if flow.messages:
+            if flow.indices:
                 flow.src.driver.ring(flow.sq)
         nodes = {"a": p.a, "b": p.b}
         sent = {n: [0, 0] for n in nodes}                  # (responses, requests) taken from each node
@@ -189,8 +210,8 @@ class Loopback:
                 self.post_recvs()
                 continue
             fired = False
-            for node in nodes.values():
-                for qpn in (A_QPN, B_QPN):
+            for name, node in nodes.items():
+                for qpn in self.qpns[name]:
                     fired |= node.req.rnr_expired(qpn) or node.req.timeout(qpn)
             if not fired:
                 break
@@ -199,8 +220,8 @@ class Loopback:
     def _audit(self) -> None:
         """The requester's invariants on both nodes: ``sq_acked`` <= ``sq_ci`` <= ``sq_pi`` in ring order,
         ``rd_pending`` equal to the READs and atomics between them, ``una_psn`` not behind ``wqe_psn``."""
-        for node in (self.pair.a, self.pair.b):
-            for qpn in (A_QPN, B_QPN):
+        for name, node in (("a", self.pair.a), ("b", self.pair.b)):
+            for qpn in self.qpns[name]:
                 ctx = node.engine._qpc_peek(qpn)
                 if ctx.service != ServiceType.RC or ctx.state != QpState.RTS:
                     continue
@@ -221,24 +242,26 @@ class Loopback:
         is a message sent (the link may lose, repeat and reorder them); nothing else changed."""
         mems = mems or {"a": self.pair.a.mem, "b": self.pair.b.mem}
         out = []
+        self.delivered = {}
         for flow in self.flows:
             src, dst = (mems["a"], mems["b"]) if flow.src is self.pair.a else (mems["b"], mems["a"])
-            out += [f"{flow.name}: {e}" for e in self._check(flow, src, dst)]
+            where = flow.name if self.qps == 1 else f"{flow.name} QP {flow.sq}"
+            out += [f"{where}: {e}" for e in self._check(flow, src, dst)]
         return out
 
     def _check(self, flow: _Flow, src_mem, dst_mem) -> list[str]:
         """One direction, from the CQ rings and bytes in ``src_mem`` / ``dst_mem`` (anything with ``peek``:
         the model's memory, or the RTL's)."""
         p, out, rc = self.pair, [], self.service == ServiceType.RC
-        sends = cq_entries(src_mem, 0)
-        want = [i for i, m in enumerate(flow.messages) if m.signaled]
+        sends = [c for c in cq_entries(src_mem, 0) if c.qpn == flow.sq]
+        want = [i for i in flow.indices if flow.messages[i].signaled]
         if [c.wr_id for c in sends] != want:
             out.append(f"send completions {[c.wr_id for c in sends]}, expected {want}")
         bad = [(c.wr_id, CqeStatus(c.status).name) for c in sends if c.status != CqeStatus.SUCCESS]
         if bad:
             out.append(f"send completions in error: {bad}")
-        recvs = cq_entries(dst_mem, 1)
-        expected = [i for i, m in enumerate(flow.messages) if m.op in RECV_OPS]
+        recvs = [c for c in cq_entries(dst_mem, 1) if c.qpn == flow.dq]
+        expected = [i for i in flow.indices if flow.messages[i].op in RECV_OPS]
         grh = GRH_BYTES if self.service == ServiceType.UD else 0
         if any(c.status != CqeStatus.SUCCESS for c in recvs):
             out.append(f"receive completions in error: {[(c.wr_id, c.status) for c in recvs if c.status]}")
@@ -268,10 +291,12 @@ class Loopback:
                 if not match:
                     out.append(f"receive completion {c.wr_id} ({length} B): no message fits it")
                 arrived.update([i for i in match if i not in arrived][:1])
-        self.delivered[flow.name] = (len(expected), len(arrived))
+        n, got = self.delivered.get(flow.name, (0, 0))
+        self.delivered[flow.name] = (n + len(expected), got + len(arrived))
         if rc and sorted(arrived) != expected:
             out.append(f"messages received {sorted(arrived)}, expected {expected}")
-        for i, m in enumerate(flow.messages):
+        for i in flow.indices:
+            m = flow.messages[i]
             local, remote = LOCAL_DATA + i * SLOT, p.remote(REMOTE_MR[2] + i * SLOT)
             what = f"message {i} ({m.op.name}, {m.length} B)"
             if m.op in WRITE_OPS:

@@ -13,6 +13,7 @@ The scenario file (TOML or JSON)::
     seed = 1                  # message bytes and random messages (--seed overrides)
     retry = 7                 # retry_cnt and rnr_retry (7 = RNR retries for ever)
     rnr = 0                   # post the receive WQEs after this many quiet periods (RNR NAKs first)
+    qps = 1                   # QP pairs (1 to 7); message i goes on pair i mod qps
     [random]                  # random messages of the service's operations
     a = 15                    # from A to B
     b = 8                     # from B to A
@@ -54,7 +55,7 @@ def load(path: str | Path, *, seed: int | None = None, knobs: dict | None = None
         raise ValueError(f"{path}: {err.strerror}") from None
     except (tomllib.TOMLDecodeError, json.JSONDecodeError, UnicodeDecodeError) as err:
         raise ValueError(f"{path}: not valid {'TOML' if path.suffix == '.toml' else 'JSON'}: {err}") from None
-    known = {"mode", "service", "mtu", "seed", "retry", "rnr", "random", "a", "b", "link"}
+    known = {"mode", "service", "mtu", "seed", "retry", "rnr", "qps", "random", "a", "b", "link"}
     if not isinstance(data, dict) or set(data) - known:
         raise ValueError(f"{path}: unknown keys {sorted(set(data) - known) if isinstance(data, dict) else data!r}")
     modes = {m.slug: m for m in LinkMode}
@@ -96,14 +97,15 @@ def load(path: str | Path, *, seed: int | None = None, knobs: dict | None = None
         links[name] = LinkKnobs(**kw)
     retry = int(data.get("retry", 7))
     return Loopback(msgs["a"], msgs["b"], service=service, mode=modes[mode], mtu=mtu, ab=links["a-to-b"],
-                    ba=links["b-to-a"], seed=seed, retry=(retry, retry), rnr=int(data.get("rnr", 0)))
+                    ba=links["b-to-a"], seed=seed, retry=(retry, retry), rnr=int(data.get("rnr", 0)),
+                    qps=int(data.get("qps", 1)))
 
 
 def run_loopback(scenario, out: Path, *, seed: int | None = None, knobs: dict | None = None, status=print) -> int:
     lb = load(scenario, seed=seed, knobs=knobs)
     k = lb.ab
-    status(f"loopback: {lb.mode.slug} {lb.service.name} MTU {lb.mtu}, {len(lb.messages)} messages A to B and "
-           f"{len(lb.back)} B to A; link loss {k.loss} dup {k.dup} reorder {k.reorder} corrupt {k.corrupt} "
+    status(f"loopback: {lb.mode.slug} {lb.service.name} MTU {lb.mtu}, {lb.qps} QP pair(s), {len(lb.messages)} "
+           f"messages A to B and {len(lb.back)} B to A; link loss {k.loss} dup {k.dup} reorder {k.reorder} corrupt {k.corrupt} "
            f"(seed {lb.seed}; the golden model)")
     lb.run()
     problems = lb.check()

@@ -286,7 +286,8 @@ def test_reads_outstanding_stay_within_max_rd_atomic():
 @pytest.mark.parametrize("service", [ServiceType.RC, ServiceType.UC, ServiceType.UD], ids=lambda s: s.name)
 @pytest.mark.parametrize("loss", [0.0, 0.01, 0.05, 0.1])
 def test_lossy_links_deliver_every_message_once(loss, service):
-    """Both directions at once; RC: every message once, in order; UC / UD: what arrives is what was sent."""
+    """Both directions at once on one to three QP pairs; RC: every message once, in order; UC / UD: what
+    arrives is what was sent."""
     s = seed()
     for k in range(6):
         rng = random.Random(s * 100 + k)
@@ -294,7 +295,8 @@ def test_lossy_links_deliver_every_message_once(loss, service):
         knobs = LinkKnobs(loss=loss, dup=loss, corrupt=loss, reorder=rng.choice([0, 3]) if loss else 0)
         lb = Loopback(random_messages(rng, 15, mtu, service), random_messages(rng, 8, mtu, service), service=service,
                       mode=rng.choice(list(LinkMode)), mtu=mtu, ab=knobs, ba=knobs, seed=s * 100 + k,
-                      rnr=rng.choice([0, 0, 2]) if service == ServiceType.RC else 0, audit=True).run()
+                      rnr=rng.choice([0, 0, 2]) if service == ServiceType.RC else 0, audit=True,
+                      qps=rng.randint(1, 3)).run()
         assert lb.check() == [], f"RNIC_SEED={s} pair {k}: {lb.summary()}"
         if loss == 0:
             assert lb.pair.a.req.counts["retransmits"] == lb.pair.b.req.counts["retransmits"] == 0
