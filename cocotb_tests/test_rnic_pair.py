@@ -10,8 +10,8 @@ at ACK time and READ data into A's memory, is the next step). Checked: every fra
 byte, both engines' memory (after a QPC_CMD FLUSH on each) and receive counters. RC also sends atomics.
 
 ``test_lossy_link``: UC and UD messages both ways at once (:class:`rnic.sim.loopback.Loopback`) through
-links that lose, repeat, hold back and corrupt frames, their fates drawn in frame order from the same
-seeds as the model's links: every frame each engine sends, both memories and the receive counters equal
+links that lose, repeat, hold back and corrupt frames, each frame's fate drawn from the same seed and its
+own bytes as in the model's links: every frame each engine sends, both memories and the receive counters equal
 the model's, and the end-to-end scoreboard passes on the RTL's memory. Rerun with ``RNIC_SEED``.
 """
 
@@ -233,7 +233,7 @@ async def _lossy_case(dut, rng, a: Side, b: Side, mode: LinkMode, service: Servi
         for offset, value in node.resp.settings.writes([e.gid for e in node.settings.sgids]) + node.settings.writes():
             await side.axil.write_dword(offset, value)
     state = {"flush": False}
-    links = {"a": Link(knobs, lb.links["a-to-b"].seed), "b": Link(knobs, lb.links["b-to-a"].seed)}
+    links = {name: Link(knobs, lb.links[key].seed, lb.flow_of) for name, key in (("a", "a-to-b"), ("b", "b-to-a"))}
     tasks = [cocotb.start_soon(_lossy_link(dut.clk, a, b, links["a"], state)),
              cocotb.start_soon(_lossy_link(dut.clk, b, a, links["b"], state))]
     for name, qpn, pi in doorbells:

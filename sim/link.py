@@ -1,11 +1,15 @@
 """A lossy link, one direction: frames in, frames out after each one's fate (lost, duplicated, held back
-behind later frames, a bit flipped). Fates come from the link's own seeded generator in frame order, so a
-run is reproduced from its seed whatever else draws random numbers. Delay and backpressure are clock
-matters: the RTL harness adds them; here a frame is either out or still held."""
+behind later frames, a bit flipped). Fates come from the link's seed and the frame itself, so a run is
+reproduced from its seed whatever else draws random numbers and however the QPs' frames interleave.
+Delay and backpressure are clock matters: the RTL harness adds them; here a frame is either out or still
+held."""
 
 from __future__ import annotations
 
+import collections
+import hashlib
 import random
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
 __all__ = ["LinkKnobs", "Link"]
@@ -33,19 +37,33 @@ class LinkKnobs:
 
 @dataclass
 class Link:
+    """One direction. Each frame's fate is drawn from ``seed``, the frame's bytes and how many times the same
+    bytes were sent before, not from its place among other frames: two QPs' frames may interleave in any
+    order (as the RTL's and the model's do) and each QP still meets the same losses. A held-back frame
+    waits for later frames of its own flow (``flow_of(frame)``, e.g. its destination QP; default one
+    flow). ``drop_nth`` counts every frame the link carries."""
+
     knobs: LinkKnobs = LinkKnobs()
     seed: int = 0
+    flow_of: Callable[[bytes], Hashable] | None = None
     sent: int = 0
     counts: dict = field(default_factory=lambda: {"lost": 0, "duplicated": 0, "reordered": 0, "corrupted": 0})
 
     def __post_init__(self):
-        self.rng = random.Random(self.seed)
-        self._held: list[tuple[int, int, bytes]] = []      # (due, order, frame)
+        self._held: list[tuple[int, int, Hashable, bytes]] = []      # (due, order, flow, frame)
         self._order = 0
+        self._seen: collections.Counter = collections.Counter()       # sends of the same bytes
+        self._flow_sent: collections.Counter = collections.Counter()  # frames sent per flow
 
     def send(self, frame: bytes) -> None:
-        k, rng, n = self.knobs, self.rng, self.sent
+        k, n = self.knobs, self.sent
         self.sent += 1
+        digest = hashlib.sha256(frame).hexdigest()
+        rng = random.Random(f"{self.seed}:{digest}:{self._seen[digest]}")
+        self._seen[digest] += 1
+        flow = self.flow_of(frame) if self.flow_of else None
+        index = self._flow_sent[flow]
+        self._flow_sent[flow] += 1
         lost, dup, flip = rng.random() < k.loss, rng.random() < k.dup, rng.random() < k.corrupt
         delay = rng.randint(1, k.reorder) if k.reorder and rng.random() < k.hold else 0
         bit = rng.randrange(len(frame) * 8)
@@ -60,17 +78,17 @@ class Link:
         if delay:
             self.counts["reordered"] += 1
         for copy in range(2 if dup else 1):
-            self._held.append((n + delay, self._order, frame))
+            self._held.append((index + delay, self._order, flow, frame))
             self._order += 1
         if dup:
             self.counts["duplicated"] += 1
 
     def deliver(self, everything: bool = False) -> list[bytes]:
         """The frames due by now (all of them with ``everything``: the link goes quiet), in arrival order."""
-        self._held.sort()
-        cut = len(self._held) if everything else sum(1 for due, _, _ in self._held if due < self.sent)
-        out, self._held = self._held[:cut], self._held[cut:]
-        return [f for _, _, f in out]
+        self._held.sort(key=lambda h: (h[0], h[1]))
+        out = [h for h in self._held if everything or h[0] < self._flow_sent[h[2]]]
+        self._held = [h for h in self._held if not (everything or h[0] < self._flow_sent[h[2]])]
+        return [h[3] for h in out]
 
     @property
     def busy(self) -> bool:

@@ -16,6 +16,7 @@ import random
 from dataclasses import dataclass, field
 
 from ..model.descriptor import LinkMode
+from ..model.frames import parse_frame
 from ..model.qpc import QpState, ServiceType
 from ..model.responder import psn_delta
 from ..model.wqe import CQ_RECORD_BYTES, CQE_BYTES, Cqe, CqContext, CqeStatus, Wqe, WqeFlags, WqeOpcode
@@ -127,7 +128,8 @@ class Loopback:
                 node.driver.create_qp(qpn + 2 * k, ctx, rx, timeout=14)
         for index, key, va, length, addr, access in (REMOTE_MR, RECV_MR):     # A gets B's regions too
             p.a.driver.reg_mr(index, MemoryRegion(va=va, length=length, addr=addr, pd=PD, access=access, key=key))
-        self.links = {"a-to-b": Link(self.ab, self.seed * 2 + 1), "b-to-a": Link(self.ba, self.seed * 2 + 2)}
+        flow = self.flow_of
+        self.links = {"a-to-b": Link(self.ab, self.seed * 2 + 1, flow), "b-to-a": Link(self.ba, self.seed * 2 + 2, flow)}
         self.captured: dict[str, list[bytes]] = {name: [] for name in self.links}    # frames as each node sent them
         self.flows = []
         for k in range(self.qps):
@@ -141,6 +143,10 @@ class Loopback:
             self._post(flow)
         if not self.rnr:
             self.post_recvs()
+
+    def flow_of(self, frame: bytes) -> int:
+        """A frame's flow on the link: its destination QP (a held-back frame waits for that QP's frames)."""
+        return parse_frame(self.mode, frame)[0].dest_qp
 
     def _post(self, flow: _Flow) -> None:
         p, ctx = self.pair, flow.src.driver.qp(flow.sq)
