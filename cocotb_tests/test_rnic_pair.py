@@ -9,9 +9,10 @@ B executes every request and answers; A counts B's responses (the requester's si
 at ACK time and READ data into A's memory, is the next step). Checked: every frame each way byte for
 byte, both engines' memory (after a QPC_CMD FLUSH on each) and receive counters. RC also sends atomics.
 
-``test_lossy_link``: UC and UD messages both ways at once (:class:`rnic.sim.loopback.Loopback`) through
-links that lose, repeat, hold back and corrupt frames, each frame's fate drawn from the same seed and its
-own bytes as in the model's links: every frame each engine sends, both memories and the receive counters equal
+``test_lossy_link``: UC and UD messages both ways at once on one or two QP pairs
+(:class:`rnic.sim.loopback.Loopback`, :func:`rnic.sim.pair_tb.run_loopback`) through links that lose,
+repeat, hold back and corrupt frames, each frame's fate drawn from the same seed and its own bytes as in
+the model's links: every frame each engine sends, both memories and the receive counters equal
 the model's, and the end-to-end scoreboard passes on the RTL's memory. Rerun with ``RNIC_SEED``.
 """
 
@@ -30,23 +31,14 @@ from rnic.model.qpc import CtrlOp, ServiceType
 from rnic.model.regs import RX_COUNTERS
 from rnic.model.wqe import Wqe, WqeFlags, WqeOpcode
 from rnic.sim import tb as sim_tb
-from rnic.sim.harness import EnginePorts
-from rnic.sim.link import Link, LinkKnobs
+from rnic.sim.link import LinkKnobs
 from rnic.sim.loopback import Loopback, random_messages
+from rnic.sim.pair_tb import Side, run_loopback
 from rnic.sim.responder_cases import memory_differs
 from rnic.sim.responder_pair import A_QPN, LOCAL_DATA, REMOTE_MR, Pair
 from rnic.sim.toolchain import seed_from_env
 
 STALL = 40_000
-
-
-class Side(EnginePorts):
-    """One engine of the pair, and the frames it has sent."""
-
-    def __init__(self, dut, name: str, rng: random.Random):
-        super().__init__(dut, rng, prefix=f"{name}__")
-        self.name = name
-        self.sent: list[bytes] = []
 
 
 async def _link(src: Side, dst: Side):
@@ -168,37 +160,11 @@ async def _case(dut, rng, a: Side, b: Side, mode: LinkMode, service: ServiceType
                   sorted({v.outcome.value for v in pair.b.resp.verdicts}))
 
 
-class _RamView:
-    """An engine's RAM as the scoreboard reads memory."""
-
-    def __init__(self, ram):
-        self.ram = ram
-
-    def peek(self, addr: int, n: int) -> bytes:
-        return self.ram.read(addr, n)
-
-
-async def _lossy_link(clk, src: Side, dst: Side, link: Link, state: dict):
-    """Every frame ``src`` sends, through ``link`` (its fates drawn in frame order, as the model's link
-    draws them) into ``dst``; ``state["flush"]`` releases what the link holds back."""
-    while True:
-        if state["flush"] and link.busy:
-            for f in link.deliver(everything=True):
-                await dst.source.send(f)
-        if src.sink.empty():
-            await ClockCycles(clk, 8)
-            continue
-        frame = await src.sink.recv()
-        src.sent.append(bytes(frame.tdata))
-        link.send(bytes(frame.tdata))
-        for f in link.deliver():
-            await dst.source.send(f)
-
-
 @cocotb.test()
 async def test_lossy_link(dut):
-    """UC and UD both ways over links that lose, repeat, reorder and corrupt frames: the RTL matches the
-    model frame for frame, and the end-to-end scoreboard judges both engines' memory."""
+    """UC and UD both ways over links that lose, repeat, reorder and corrupt frames
+    (:func:`rnic.sim.pair_tb.run_loopback`): the RTL matches the model frame for frame, and the end-to-end
+    scoreboard judges both engines' memory."""
     seed = seed_from_env(1)
     rng = random.Random(seed)
     dut._log.info("seed %d (rerun with RNIC_SEED=%d)", seed, seed)
@@ -206,78 +172,18 @@ async def test_lossy_link(dut):
     a, b = Side(dut, "a", rng), Side(dut, "b", rng)
     cases = [(m, s) for s in (ServiceType.UC, ServiceType.UD) for m in LinkMode]
     for mode, service in rng.sample(cases, 4):
-        await _lossy_case(dut, rng, a, b, mode, service)
-
-
-async def _lossy_case(dut, rng, a: Side, b: Side, mode: LinkMode, service: ServiceType):
-    mtu = rng.choice([256, 1024])
-    loss = rng.choice([0.02, 0.1])
-    knobs = LinkKnobs(loss=loss, dup=loss, corrupt=loss, reorder=rng.choice([0, 3]))
-    lb = Loopback(random_messages(rng, 10, mtu, service), random_messages(rng, 6, mtu, service), service=service,
-                  mode=mode, mtu=mtu, ab=knobs, ba=knobs, seed=rng.randrange(1 << 30), rnr=1 << 30)
-    doorbells = lb.post_recvs(doorbell=False)
-    nodes = {"a": lb.pair.a, "b": lb.pair.b}
-    for side, node in ((a, nodes["a"]), (b, nodes["b"])):
-        side.ram.load(node.mem, latency=rng.choice([(0, 0), (0, 30)]), pause=rng.choice([0, 0.1]))
-        sim_tb.set_pause(side.sink, rng.choice([0, 0.2]), rng)
-        side.sent.clear()
-    # the model: the same doorbells, then both directions over its links
-    for name, qpn, pi in doorbells:
-        nodes[name].resp.rq_doorbell(qpn, pi)
-    lb.rnr = 0
-    lb.run()
-    want = {n: [p.frame() for p in node.engine.packets] for n, node in nodes.items()}
-
-    await sim_tb.reset(dut, 4, low=("a__s_axis__tvalid", "b__s_axis__tvalid"), after=2)
-    for side, node in ((a, nodes["a"]), (b, nodes["b"])):
-        for offset, value in node.resp.settings.writes([e.gid for e in node.settings.sgids]) + node.settings.writes():
-            await side.axil.write_dword(offset, value)
-    state = {"flush": False}
-    links = {name: Link(knobs, lb.links[key].seed, lb.flow_of) for name, key in (("a", "a-to-b"), ("b", "b-to-a"))}
-    tasks = [cocotb.start_soon(_lossy_link(dut.clk, a, b, links["a"], state)),
-             cocotb.start_soon(_lossy_link(dut.clk, b, a, links["b"], state))]
-    for name, qpn, pi in doorbells:
-        side = a if name == "a" else b
-        await side.write("DB_QPN", qpn)
-        await side.write("DB_RQ_PI", pi)
-    for side, name, qpn in ((a, "a", 1), (b, "b", 2)):
-        if nodes[name].driver.sq_pi[qpn]:
-            await side.write("DB_QPN", qpn)
-            await side.write("DB_SQ_PI", nodes[name].driver.sq_pi[qpn])
-    waited, last = 0, None
-    while True:
-        await ClockCycles(dut.clk, 200)
-        now = (len(a.sent), len(b.sent), await a.reg("RX_ACCEPTED"), await b.reg("RX_ACCEPTED"))
-        done = (len(a.sent), len(b.sent)) == (len(want["a"]), len(want["b"]))
-        if done and now == last:
-            if any(l.busy for l in links.values()):
-                state["flush"] = True
-            elif await a.reg("STATUS") & 1 and await b.reg("STATUS") & 1:
-                break
-        waited = waited + 200 if now == last else 0
-        last = now
-        assert waited < STALL, \
-            f"no progress for {STALL} clocks: {now}, the model sent {len(want['a'])} / {len(want['b'])}"
-    await ClockCycles(dut.clk, 300)
-    for t in tasks:
-        t.cancel()
-    for side in (a, b):
-        await side.write("QPC_CMD", CtrlOp.FLUSH)
-        while await side.reg("QPC_CMD_STATUS") & 1:
-            await ClockCycles(dut.clk, 20)
-    where = f"{mode.slug} {service.name} loss {loss}"
-    for name, side in (("a", a), ("b", b)):
-        assert side.sent == want[name], f"{where}: engine {name}'s frames differ from the model's"
-        differs = memory_differs(side.ram, nodes[name].mem)
-        assert not differs, f"{where}: engine {name}: {differs}"
-        regs = {n: await side.reg(n) for n, _ in RX_COUNTERS}
-        model = {n: nodes[name].engine.regs[n] for n in regs}
-        diff = {n: (regs[n], model[n]) for n in regs if regs[n] != model[n]}
-        assert not diff, f"{where}: engine {name}: receive counters (RTL, model) {diff}"
-    problems = lb.check({"a": _RamView(a.ram), "b": _RamView(b.ram)})
-    assert not problems, f"{where}: scoreboard on the RTL's memory: {problems}"
-    dut._log.info("%s MTU %d: frames %d / %d, delivered %s, links %s", where, mtu, len(want["a"]), len(want["b"]),
-                  lb.delivered, {k: v.counts for k, v in links.items()})
+        mtu = rng.choice([256, 1024])
+        loss = rng.choice([0.02, 0.1])
+        knobs = LinkKnobs(loss=loss, dup=loss, corrupt=loss, reorder=rng.choice([0, 3]))
+        lb = Loopback(random_messages(rng, 10, mtu, service), random_messages(rng, 6, mtu, service),
+                      service=service, mode=mode, mtu=mtu, ab=knobs, ba=knobs, seed=rng.randrange(1 << 30),
+                      rnr=1 << 30, qps=rng.randint(1, 2))
+        r = await run_loopback(dut, rng, a, b, lb)
+        where = f"{mode.slug} {service.name} loss {loss}, {lb.qps} QP pair(s)"
+        assert not r["mismatches"], f"{where}: RTL and model differ: {r['mismatches']}"
+        assert not r["problems"], f"{where}: scoreboard on the RTL's memory: {r['problems']}"
+        dut._log.info("%s MTU %d: frames %d / %d, delivered %s, links %s", where, mtu, len(r["sent"]["a"]),
+                      len(r["sent"]["b"]), lb.delivered, r["links"])
 
 
 # --- pytest side -------------------------------------------------------------------------------------

@@ -85,7 +85,7 @@ def _cmd_respond(args) -> int:
 def _cmd_loopback(args) -> int:
     from .loopback_cli import run_loopback
     knobs = {"loss": args.loss, "dup": args.dup, "reorder": args.reorder, "corrupt": args.corrupt}
-    return run_loopback(args.scenario, Path(args.out), seed=args.seed, knobs=knobs, status=_status)
+    return run_loopback(args.scenario, Path(args.out), seed=args.seed, knobs=knobs, rtl=args.rtl, status=_status)
 
 
 def _cmd_soak(args) -> int:
@@ -179,6 +179,8 @@ def main(argv: list[str] | None = None) -> int:
     loop.add_argument("--reorder", type=int, help="a frame held back arrives behind up to N later ones")
     loop.add_argument("--corrupt", type=float, help="probability that one bit of a frame flips")
     loop.add_argument("--seed", type=int, help="random seed (default: the scenario's)")
+    loop.add_argument("--rtl", action="store_true", help="UC and UD: also run two RTL engines and compare them "
+                                                         "with the model (the first build takes about 13 minutes)")
     loop.set_defaults(func=_cmd_loopback)
     soak = sub.add_parser("soak", help="random traffic on the RTL until --cycles clocks, scoreboard on",
                           description="Random workloads on the RTL, checked against the golden model. Workload i "

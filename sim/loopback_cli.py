@@ -2,8 +2,9 @@
 two model engines over a lossy link (:mod:`rnic.sim.loopback`), a report per node and the end-to-end
 verdict, the frames each node sent as ``DIR/a-to-b-<mode>.pcap`` and ``DIR/b-to-a-<mode>.pcap``. Exit
 status 2 when the scoreboard finds a message lost, repeated, out of order or wrong on RC, or wrong on UC /
-UD. The golden model runs alone: the RTL's requester (RC completion at acknowledgement, retransmission)
-is not built yet.
+UD. The golden model runs alone; with ``--rtl``, UC and UD scenarios also run on two RTL engines
+(:mod:`rnic.sim.pair_tb`) and every frame, memory byte and receive counter is compared with the model's
+(RC needs the RTL's requester, not built yet).
 
 The scenario file (TOML or JSON)::
 
@@ -39,12 +40,12 @@ from ..model.wqe import CqeStatus, WqeOpcode
 from .link import LinkKnobs
 from .loopback import Loopback, Message, cq_entries, random_messages
 
-__all__ = ["load", "run_loopback"]
+__all__ = ["load", "summary", "report", "run_loopback"]
 
 _KNOBS = ("loss", "dup", "reorder", "corrupt", "hold", "drop_nth", "cut")
 
 
-def load(path: str | Path, *, seed: int | None = None, knobs: dict | None = None) -> Loopback:
+def load(path: str | Path, *, seed: int | None = None, knobs: dict | None = None, rnr: int | None = None) -> Loopback:
     """A :class:`Loopback` from a scenario file; ``knobs`` (command line) apply to both directions under the
     file's ``[link.a-to-b]`` / ``[link.b-to-a]``. ValueError on anything malformed."""
     path = Path(path)
@@ -97,44 +98,93 @@ def load(path: str | Path, *, seed: int | None = None, knobs: dict | None = None
         links[name] = LinkKnobs(**kw)
     retry = int(data.get("retry", 7))
     return Loopback(msgs["a"], msgs["b"], service=service, mode=modes[mode], mtu=mtu, ab=links["a-to-b"],
-                    ba=links["b-to-a"], seed=seed, retry=(retry, retry), rnr=int(data.get("rnr", 0)),
+                    ba=links["b-to-a"], seed=seed, retry=(retry, retry), rnr=int(data.get("rnr", 0)) if rnr is None else rnr,
                     qps=int(data.get("qps", 1)))
 
 
-def run_loopback(scenario, out: Path, *, seed: int | None = None, knobs: dict | None = None, status=print) -> int:
-    lb = load(scenario, seed=seed, knobs=knobs)
-    k = lb.ab
-    status(f"loopback: {lb.mode.slug} {lb.service.name} MTU {lb.mtu}, {lb.qps} QP pair(s), {len(lb.messages)} "
-           f"messages A to B and {len(lb.back)} B to A; link loss {k.loss} dup {k.dup} reorder {k.reorder} corrupt {k.corrupt} "
-           f"(seed {lb.seed}; the golden model)")
-    lb.run()
-    problems = lb.check()
-    p = lb.pair
+def summary(lb: Loopback, mems: dict | None = None, sent: dict | None = None, links: dict | None = None) -> dict:
+    """What the report prints, as JSON-able data: per node its messages, CQEs by status (read from ``mems``,
+    default the model's memory) and requester counts, per link the frames sent (``sent``, default the
+    model's) and their fates (``links``), and the scoreboard's findings on ``mems``."""
+    mems = mems or {"a": lb.pair.a.mem, "b": lb.pair.b.mem}
+    problems = lb.check(mems)
+    nodes = {}
+    for name, node, msgs, peer in (("a", lb.pair.a, lb.messages, "b-to-a"), ("b", lb.pair.b, lb.back, "a-to-b")):
+        nodes[name] = {"posted": len(msgs), "signaled": sum(m.signaled for m in msgs),
+                       "cqes": dict(collections.Counter(CqeStatus(c.status).name for c in cq_entries(mems[name], 0))),
+                       "requester": dict(node.req.counts), "delivered": list(lb.delivered.get(peer, (0, 0)))}
+    sent = sent or {"a-to-b": [f.hex() for f in lb.captured["a-to-b"]], "b-to-a": [f.hex() for f in lb.captured["b-to-a"]]}
+    links = links or {name: dict(link.counts) for name, link in lb.links.items()}
+    return {"nodes": nodes, "sent": sent, "links": links, "problems": problems}
+
+
+def report(lb: Loopback, s: dict, out: Path, mismatches: list[str] = ()) -> int:
+    """Print the summary ``s``, write the pcaps; the exit status (2: a mismatch or a scoreboard fault)."""
     print(f"{'node':<5} {'posted':>6} {'signaled':>8}  {'CQEs by status':<30} {'retransmits':>11} {'timeouts':>8} "
           f"{'RNR retries':>11}  NAKs 60/61/62/63/RNR  delivered to it")
-    for name, node, msgs, peer in (("a", p.a, lb.messages, "b-to-a"), ("b", p.b, lb.back, "a-to-b")):
-        done = collections.Counter(CqeStatus(c.status).name for c in cq_entries(node.mem, 0))
-        c = node.req.counts
-        naks = "/".join(str(c[n]) for n in ("naks_seq", "naks_inv", "naks_access", "naks_op", "rnr_naks"))
-        sent, got = lb.delivered.get(peer, (0, 0))
-        text = ", ".join(f"{v} {k}" for k, v in sorted(done.items())) or "-"
-        signaled = sum(m.signaled for m in msgs)
-        print(f"{name:<5} {len(msgs):>6} {signaled:>8}  {text:<30} {c['retransmits']:>11} {c['timeouts']:>8} "
-              f"{c['rnr_retries']:>11}  "
-              f"{naks:<20} {got} of {sent} receive messages")
+    for name, n in s["nodes"].items():
+        c = n["requester"]
+        naks = "/".join(str(c[k]) for k in ("naks_seq", "naks_inv", "naks_access", "naks_op", "rnr_naks"))
+        text = ", ".join(f"{v} {k}" for k, v in sorted(n["cqes"].items())) or "-"
+        print(f"{name:<5} {n['posted']:>6} {n['signaled']:>8}  {text:<30} {c['retransmits']:>11} {c['timeouts']:>8} "
+              f"{c['rnr_retries']:>11}  {naks:<20} {n['delivered'][1]} of {n['delivered'][0]} receive messages")
     out.mkdir(parents=True, exist_ok=True)
-    for name, frames in lb.captured.items():
-        counts = lb.links[name].counts
+    for name, frames in s["sent"].items():
+        counts = s["links"][name]
         path = out / f"{name}-{lb.mode.slug}.pcap"
-        write_pcap_for_mode(path, lb.mode, frames)
+        write_pcap_for_mode(path, lb.mode, [bytes.fromhex(f) for f in frames])
         print(f"link {name}: {len(frames)} frames sent, {counts['lost']} lost, {counts['duplicated']} duplicated, "
               f"{counts['reordered']} held back, {counts['corrupted']} corrupted  {path}")
-    if problems:
+    code = 0
+    if mismatches:
+        print("RTL and model differ:")
+        for line in mismatches[:20]:
+            print(f"  {line}")
+        code = 2
+    if s["problems"]:
         print("end-to-end verdict: FAILED")
-        for line in problems[:20]:
+        for line in s["problems"][:20]:
             print(f"  {line}")
         return 2
     what = ("every message arrived once, in order, and completed once on both sides" if lb.service == ServiceType.RC
             else "every message completed; what arrived is what was sent")
     print(f"end-to-end verdict: {what} (scoreboard independent of the model)")
-    return 0
+    return code
+
+
+def run_loopback(scenario, out: Path, *, seed: int | None = None, knobs: dict | None = None, rtl: bool = False,
+                 status=print) -> int:
+    lb = load(scenario, seed=seed, knobs=knobs)
+    k = lb.ab
+    where = "two RTL engines beside the golden model" if rtl else "the golden model"
+    status(f"loopback: {lb.mode.slug} {lb.service.name} MTU {lb.mtu}, {lb.qps} QP pair(s), {len(lb.messages)} "
+           f"messages A to B and {len(lb.back)} B to A; link loss {k.loss} dup {k.dup} reorder {k.reorder} "
+           f"corrupt {k.corrupt} (seed {lb.seed}; {where})")
+    if not rtl:
+        lb.run()
+        return report(lb, summary(lb), out)
+    if lb.service == ServiceType.RC:
+        raise ValueError("--rtl runs UC and UD: RC needs the RTL's requester (docs/reliability.md); "
+                         "leave out --rtl to run RC on the model")
+    if lb.rnr:
+        raise ValueError("--rtl posts the receive WQEs up front: leave rnr out of the scenario")
+    from ..model.config import RnicConfig
+    from . import toolchain
+    from .pair_top import RnicPair
+    out.mkdir(parents=True, exist_ok=True)
+    config = RnicConfig()
+    status("building the two engines with Verilator (about 13 minutes the first time, then cached) ...")
+    build = toolchain.build(lambda: RnicPair(config), "rnic_pair", f"rnic-pair-{config.key()}")
+    job, result = out / "loopback-job.json", out / "loopback.json"
+    job.write_text(json.dumps({"scenario": str(Path(scenario).resolve()), "seed": seed, "knobs": knobs or {},
+                               "out": str(result.resolve())}))
+    result.unlink(missing_ok=True)
+    toolchain.run(build, "rnic.sim.loopback_tb", seed=lb.seed, testcase="loopback", quiet=True,
+                  extra_env={"RNIC_LOOPBACK": str(job.resolve()), **config.env()}, log_file=out / "sim.log")
+    if not result.exists():
+        raise RuntimeError(f"the simulation stopped before its report (see {out / 'sim.log'})")
+    r = json.loads(result.read_text())
+    code = report(lb, r["summary"], out, r["mismatches"])
+    if not r["mismatches"]:
+        print("RTL and model agree on every frame each engine sent, both memories and the receive counters.")
+    return code

@@ -169,5 +169,5 @@ def memory_differs(ram, mem, span: int = SPAN) -> str | None:
         g, w = ram.read(page, 4096), mem.peek(page, 4096)
         if g != w:
             i = next(k for k in range(4096) if g[k] != w[k])
-            return f"B's memory differs first at 0x{page + i:x}: got {g[i]:#04x}, model {w[i]:#04x}"
+            return f"memory differs first at 0x{page + i:x}: got {g[i]:#04x}, model {w[i]:#04x}"
     return None

@@ -1,9 +1,11 @@
 """``python -m rnic.sim loopback``: the example over a lossy link passes the scoreboard and writes both
 directions' pcaps; a link cut with no retries fails it (exit 2); a malformed scenario is a clear error
-(exit 1)."""
+(exit 1); ``--rtl`` runs UC on two RTL engines beside the model (``-m slow``) and refuses RC."""
 
 import subprocess
 from pathlib import Path
+
+import pytest
 
 from rnic.model.pcap import read_pcap
 from rnic.sim.cli import main
@@ -55,3 +57,17 @@ def test_pcaps_dissect_in_tshark(tmp_path):
 def test_bad_knob(tmp_path, capsys):
     assert main(["loopback", str(EXAMPLE), "--out", str(tmp_path), "--loss", "1.5"]) == 1
     assert "loss is a probability" in capsys.readouterr().err
+
+
+def test_rtl_refuses_rc(tmp_path, capsys):
+    assert main(["loopback", str(EXAMPLE), "--out", str(tmp_path), "--rtl"]) == 1
+    assert "RC needs the RTL's requester" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_rtl_uc_beside_the_model(tmp_path, capsys):
+    """UC both ways on two RTL engines over a lossy link (the pair's build takes about 13 minutes)."""
+    uc = EXAMPLE.parent / "uc.toml"
+    assert main(["loopback", str(uc), "--out", str(tmp_path), "--loss", "0.05", "--dup", "0.05", "--rtl"]) == 0
+    out = capsys.readouterr().out
+    assert "RTL and model agree" in out and "what arrived is what was sent" in out

@@ -1,0 +1,143 @@
+"""Two whole engines (:class:`rnic.sim.pair_top.RnicPair`) over a lossy link beside the model's
+:class:`~rnic.sim.loopback.Loopback`: the cocotb side that ``cocotb_tests/test_rnic_pair.py`` and
+``python -m rnic.sim loopback --rtl`` share.
+
+:func:`run_loopback` sets both engines up from the loopback's nodes (memory, registers, doorbells),
+carries each direction through a :class:`~rnic.sim.link.Link` with the model's seed (each frame meets the
+fate it meets in the model), waits until both engines and links are quiet, and compares: every frame each
+engine sent, both memories, the receive counters, and the end-to-end scoreboard on the RTL's memory.
+UC and UD only: RC needs the RTL's requester (docs/reliability.md).
+"""
+
+from __future__ import annotations
+
+import random
+
+import cocotb
+from cocotb.triggers import ClockCycles
+
+from ..model.qpc import CtrlOp, ServiceType
+from ..model.regs import RX_COUNTERS
+from . import tb as sim_tb
+from .harness import EnginePorts
+from .link import Link
+from .loopback import Loopback
+from .responder_cases import memory_differs
+
+__all__ = ["Side", "RamView", "run_loopback"]
+
+STALL = 40_000
+
+
+class Side(EnginePorts):
+    """One engine of the pair, and the frames it has sent."""
+
+    def __init__(self, dut, name: str, rng: random.Random):
+        super().__init__(dut, rng, prefix=f"{name}__")
+        self.name = name
+        self.sent: list[bytes] = []
+
+
+class RamView:
+    """An engine's RAM as the scoreboard reads memory."""
+
+    def __init__(self, ram):
+        self.ram = ram
+
+    def peek(self, addr: int, n: int) -> bytes:
+        return self.ram.read(addr, n)
+
+
+async def _carry(clk, src: Side, dst: Side, link: Link, state: dict):
+    """Every frame ``src`` sends, through ``link`` into ``dst``; ``state["flush"]`` releases what the link
+    holds back (the link goes quiet)."""
+    while True:
+        if state["flush"] and link.busy:
+            for f in link.deliver(everything=True):
+                await dst.source.send(f)
+        if src.sink.empty():
+            await ClockCycles(clk, 8)
+            continue
+        frame = bytes((await src.sink.recv()).tdata)
+        src.sent.append(frame)
+        link.send(frame)
+        for f in link.deliver():
+            await dst.source.send(f)
+
+
+async def run_loopback(dut, rng: random.Random, a: Side, b: Side, lb: Loopback) -> dict:
+    """Run ``lb`` (built with ``rnr`` out of reach, nothing run yet) on the model and on the two engines;
+    return ``{"mismatches": [...], "problems": [...], "sent": {node: frames}, "links": {...}}``."""
+    if lb.service == ServiceType.RC:
+        raise ValueError("RC over the RTL pair needs the RTL requester (issue #41); run the model alone")
+    doorbells = lb.post_recvs(doorbell=False)
+    nodes = {"a": lb.pair.a, "b": lb.pair.b}
+    for side, node in ((a, nodes["a"]), (b, nodes["b"])):
+        side.ram.load(node.mem, latency=rng.choice([(0, 0), (0, 30)]), pause=rng.choice([0, 0.1]))
+        sim_tb.set_pause(side.sink, rng.choice([0, 0.2]), rng)
+        side.sent.clear()
+    for name, qpn, pi in doorbells:                 # the model: the same doorbells, then both directions
+        nodes[name].resp.rq_doorbell(qpn, pi)
+    lb.rnr = 0
+    lb.run()
+    want = {n: [p.frame() for p in node.engine.packets] for n, node in nodes.items()}
+
+    await sim_tb.reset(dut, 4, low=("a__s_axis__tvalid", "b__s_axis__tvalid"), after=2)
+    for side, node in ((a, nodes["a"]), (b, nodes["b"])):
+        for offset, value in node.resp.settings.writes([e.gid for e in node.settings.sgids]) + node.settings.writes():
+            await side.axil.write_dword(offset, value)
+    state = {"flush": False}
+    links = {name: Link(lb.links[key].knobs, lb.links[key].seed, lb.flow_of)
+             for name, key in (("a", "a-to-b"), ("b", "b-to-a"))}
+    tasks = [cocotb.start_soon(_carry(dut.clk, a, b, links["a"], state)),
+             cocotb.start_soon(_carry(dut.clk, b, a, links["b"], state))]
+    sides = {"a": a, "b": b}
+    for name, qpn, pi in doorbells:
+        await sides[name].write("DB_QPN", qpn)
+        await sides[name].write("DB_RQ_PI", pi)
+    for name, qpns in lb.qpns.items():
+        for qpn in qpns:
+            if nodes[name].driver.sq_pi[qpn]:
+                await sides[name].write("DB_QPN", qpn)
+                await sides[name].write("DB_SQ_PI", nodes[name].driver.sq_pi[qpn])
+    waited, last = 0, None
+    while True:
+        await ClockCycles(dut.clk, 200)
+        now = (len(a.sent), len(b.sent), await a.reg("RX_ACCEPTED"), await b.reg("RX_ACCEPTED"))
+        done = (len(a.sent), len(b.sent)) == (len(want["a"]), len(want["b"]))
+        if done and now == last:
+            if any(link.busy for link in links.values()):
+                state["flush"] = True
+            elif await a.reg("STATUS") & 1 and await b.reg("STATUS") & 1:
+                break
+        waited = waited + 200 if now == last else 0
+        last = now
+        if waited >= STALL:
+            for t in tasks:
+                t.cancel()
+            return {"mismatches": [f"no progress for {STALL} clocks: frames sent {now[:2]}, the model sent "
+                                   f"{len(want['a'])} / {len(want['b'])}"], "problems": [], "sent": {}, "links": {}}
+    await ClockCycles(dut.clk, 300)
+    for t in tasks:
+        t.cancel()
+    for side in (a, b):
+        await side.write("QPC_CMD", CtrlOp.FLUSH)
+        while await side.reg("QPC_CMD_STATUS") & 1:
+            await ClockCycles(dut.clk, 20)
+    mismatches = []
+    for name, side in sides.items():
+        if side.sent != want[name]:
+            first = next((i for i, (g, w) in enumerate(zip(side.sent, want[name])) if g != w),
+                         min(len(side.sent), len(want[name])))
+            mismatches.append(f"engine {name}: its frames differ from the model's from frame {first} "
+                              f"({len(side.sent)} sent, the model {len(want[name])})")
+        differs = memory_differs(side.ram, nodes[name].mem)
+        if differs:
+            mismatches.append(f"engine {name}: {differs}")
+        regs = {n: await side.reg(n) for n, _ in RX_COUNTERS}
+        diff = {n: (regs[n], nodes[name].engine.regs[n]) for n in regs if regs[n] != nodes[name].engine.regs[n]}
+        if diff:
+            mismatches.append(f"engine {name}: receive counters (RTL, model) {diff}")
+    problems = lb.check({"a": RamView(a.ram), "b": RamView(b.ram)})
+    return {"mismatches": mismatches, "problems": problems, "sent": dict((n, s.sent) for n, s in sides.items()),
+            "links": {k: dict(v.counts) for k, v in links.items()}}
