@@ -136,7 +136,7 @@ class TB(EnginePorts):
         diff = {n: (regs[n], model[n]) for n in regs if regs[n] != model[n]}
         assert not diff, f"registers (RTL, model): {diff}\nverdicts: {verdicts}"
         differs = memory_differs(self.ram, b.mem)
-        assert not differs, f"{differs}\nverdicts: {verdicts}"
+        assert not differs, f"B's {differs}\nverdicts: {verdicts}"
         self.dut._log.info("%s %s %s: %d frames, %d responses", case.mode.slug, case.service.name, case.fault,
                            len(case.frames), len(got))
 

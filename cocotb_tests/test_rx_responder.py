@@ -150,7 +150,7 @@ class TB:
             b.engine.regs["ERR_STATUS"], b.engine.regs["ERR_QPN"] if b.engine.regs["ERR_STATUS"] else 0,
             b.engine.regs["ERR_INFO"] if b.engine.regs["ERR_STATUS"] else 0), verdicts
         differs = memory_differs(self.ram, b.mem)
-        assert not differs, f"{differs}\nverdicts: {verdicts}"
+        assert not differs, f"B's {differs}\nverdicts: {verdicts}"
         self.dut._log.info("%d frames, %d responses: %s", len(case.frames), len(got),
                            {o: sum(1 for v in b.resp.verdicts if v.outcome.value == o)
                             for o in ("executed", "duplicate", "nak", "rnr", "dropped")})
