@@ -51,6 +51,7 @@ class Link:
 
     def __post_init__(self):
         self._held: list[tuple[int, int, Hashable, bytes]] = []      # (due, order, flow, frame)
+        self._ready: list[bytes] = []                                 # let out, not yet delivered
         self._order = 0
         self._seen: collections.Counter = collections.Counter()       # sends of the same bytes
         self._flow_sent: collections.Counter = collections.Counter()  # frames sent per flow
@@ -82,14 +83,20 @@ class Link:
             self._order += 1
         if dup:
             self.counts["duplicated"] += 1
+        # what this frame's flow now lets out, in the order it falls due: the arrival order is then the
+        # same whether the frames are delivered one by one or after a batch
+        due = sorted((h for h in self._held if h[2] == flow and h[0] < self._flow_sent[flow]), key=lambda h: h[:2])
+        self._held = [h for h in self._held if not (h[2] == flow and h[0] < self._flow_sent[flow])]
+        self._ready += [h[3] for h in due]
 
     def deliver(self, everything: bool = False) -> list[bytes]:
         """The frames due by now (all of them with ``everything``: the link goes quiet), in arrival order."""
-        self._held.sort(key=lambda h: (h[0], h[1]))
-        out = [h for h in self._held if everything or h[0] < self._flow_sent[h[2]]]
-        self._held = [h for h in self._held if not (everything or h[0] < self._flow_sent[h[2]])]
-        return [h[3] for h in out]
+        out, self._ready = self._ready, []
+        if everything:
+            out += [h[3] for h in sorted(self._held, key=lambda h: h[:2])]
+            self._held = []
+        return out
 
     @property
     def busy(self) -> bool:
-        return bool(self._held)
+        return bool(self._held or self._ready)

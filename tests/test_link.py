@@ -86,3 +86,16 @@ def test_same_seed_same_run_and_a_held_frame_waits_for_its_flow():
 def test_bad_knobs(knobs):
     with pytest.raises(ValueError):
         LinkKnobs(**knobs)
+
+
+def test_one_by_one_or_in_a_batch_the_same_arrivals():
+    """Delivering after every frame or after all of them gives the same arrival order, across flows too
+    (the model delivers in batches, the RTL harness frame by frame)."""
+    seed = seed_from_env()
+    print(f"RNIC_SEED={seed}")
+    frames = _interleave(random.Random(seed), _frames(0, 30), _frames(1, 30))
+    one = _run(Link(KNOBS, seed, lambda f: int(sum(x == 1 for x in f[:8]) >= 4)), frames)
+    batch = Link(KNOBS, seed, lambda f: int(sum(x == 1 for x in f[:8]) >= 4))
+    for f in frames:
+        batch.send(f)
+    assert one == batch.deliver() + batch.deliver(everything=True)
