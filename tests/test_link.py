@@ -39,7 +39,7 @@ def test_fates_do_not_depend_on_interleaving():
     for f in a + b:
         flows[f] = f[0]
     knobs = LinkKnobs(loss=0.2, dup=0.2, corrupt=0.2, reorder=3, hold=0.5)
-    runs = []
+    runs, events = [], []
     for frames in (a + b, _interleave(rng, a, b)):
         link, out = Link(knobs, seed, flow_of), {0: [], 1: []}
         for f in frames:
@@ -49,8 +49,9 @@ def test_fates_do_not_depend_on_interleaving():
         for g in link.deliver(everything=True):
             out[_origin(g, a, b)].append(g)
         runs.append(out)
-    assert runs[0] == runs[1]
-    assert sum(map(len, runs[0].values())) != len(a + b)             # the knobs did something
+        events.append(dict(link.counts))
+    assert runs[0] == runs[1] and events[0] == events[1]
+    assert all(events[0].values()), events[0]                         # every knob did something
 
 
 def _origin(frame, a, b):
