@@ -615,6 +615,8 @@ class EngineModel:
 
     def _send(self, entry: _Entry, ctx: QpContext, budget: int) -> int:
         """Work on the WQE at sq_ci for at most ``budget`` steps; return the steps used."""
+        mtu = PathMtu(ctx.path_mtu).bytes
+        reliable = self._reliable(ctx)
         if entry.wqe is None:
             wqe = self._fetch(entry, ctx)
             if wqe is None:
@@ -625,17 +627,14 @@ class EngineModel:
                 self._error(ErrBit.WQE_ERROR, entry.qpn, status)
                 self._fail(entry, ctx, wqe, status)
                 return 1
-            mtu = PathMtu(ctx.path_mtu).bytes
             skip = 0
-            if self._reliable(ctx):
+            if reliable:
                 if wqe.flags & WqeFlags.FENCE and ctx.una_psn != ctx.next_psn:
                     return 0
                 skip = max(0, psn_delta(ctx.una_psn, ctx.next_psn))   # packets acknowledged before a go-back
                 ctx.next_psn = (ctx.next_psn + skip) & PSN_MASK
             entry.wqe, entry.offset = wqe, skip * mtu
         wqe = entry.wqe
-        mtu = PathMtu(ctx.path_mtu).bytes
-        reliable = self._reliable(ctx)
         if wqe.opcode in REQUEST_OPS:
             if reliable and (psn_delta(ctx.next_psn, ctx.una_psn) >= WINDOW
                              or ctx.rd_pending >= ctx.max_rd_atomic):

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import enum
 
-from .engine import ATOMIC_OPS, PSN_MASK, sq_slot
+from .engine import ATOMIC_OPS, PSN_MASK, REQUEST_OPS, sq_slot
 from .opcodes import Position, opcode_info
 from .qpc import BusError, PathMtu, QpContext, QpState, ServiceType
 from .responder import psn_delta
@@ -52,11 +52,11 @@ class RespDrop(enum.IntEnum):
     RETRYING = 5        # a sequence NAK while the retry it asks for is already under way
 
 
-def psn_span(wqe: Wqe, mtu: int) -> int:
+def psn_span(opcode: int, length: int, mtu: int) -> int:
     """The PSNs a WQE's request uses: one per packet, a READ one per response packet, an atomic one."""
-    if wqe.opcode in ATOMIC_OPS:
+    if opcode in ATOMIC_OPS:
         return 1
-    return max(1, -(-wqe.length // mtu))
+    return max(1, -(-length // mtu))
 
 
 class RespKind(enum.IntEnum):
@@ -110,10 +110,9 @@ class Step(enum.IntEnum):
 def walk_step(opcode: int, length: int, mtu: int, wqe_psn: int, bound: int) -> Step:
     """The walk's decision for a WQE whose first PSN is ``wqe_psn`` when everything before ``bound`` is
     acknowledged (its PSN span: :func:`psn_span`)."""
-    span = 1 if opcode in ATOMIC_OPS else max(1, -(-length // mtu))
-    if psn_delta(bound, (wqe_psn + span) & PSN_MASK) < 0:
+    if psn_delta(bound, (wqe_psn + psn_span(opcode, length, mtu)) & PSN_MASK) < 0:
         return Step.STOP
-    return Step.IMPLIED if opcode == WqeOpcode.RDMA_READ or opcode in ATOMIC_OPS else Step.COMPLETE
+    return Step.IMPLIED if opcode in REQUEST_OPS else Step.COMPLETE
 
 
 class _Fatal(Exception):
@@ -148,14 +147,10 @@ class Requester:
         return Wqe.unpack(self.mem.peek(sq_slot(ctx, index), WQE_BYTES), ud=False)
 
     @staticmethod
-    def _sent_end(ctx, req) -> int:
-        return sent_end(ctx.next_psn, req.high_psn)
-
-    def outstanding(self, qpn: int) -> bool:
-        """QP ``qpn`` has sent PSNs not yet acknowledged (its local ACK timer runs)."""
-        ctx = self.engine._qpc_peek(qpn)
+    def _outstanding(ctx: QpContext, req: ReqContext) -> bool:
+        """The QP has sent PSNs not yet acknowledged (its local ACK timer runs)."""
         return (ctx.service == ServiceType.RC and ctx.state == QpState.RTS
-                and psn_delta(self._sent_end(ctx, self.read_req(qpn)), ctx.una_psn) > 0)
+                and psn_delta(sent_end(ctx.next_psn, req.high_psn), ctx.una_psn) > 0)
 
     def rd_pending(self, qpn: int, ctx: QpContext) -> int:
         """READs and atomics sent and not yet completed, counted from the send queue: what the context's
@@ -165,12 +160,9 @@ class Requester:
         req, n = self.read_req(qpn), 0
         index = req.sq_acked
         while index != ctx.sq_ci:
-            n += self._wqe(ctx, index).opcode in (WqeOpcode.RDMA_READ, *ATOMIC_OPS)
+            n += self._wqe(ctx, index).opcode in REQUEST_OPS
             index = (index + 1) & 0xFFFF
         return n
-
-    def waiting(self, qpn: int) -> bool:
-        return bool(self.engine._qpc_peek(qpn).req_wait)
 
     # --- responses ------------------------------------------------------------------------------------
 
@@ -210,7 +202,7 @@ class Requester:
             self.counts["acks"] += 1
             if self._complete_before(qpn, ctx, req, mtu, (psn + 1) & PSN_MASK) and psn_delta(psn, ctx.una_psn) >= 0:
                 wqe = self._wqe(ctx, req.sq_acked)                     # psn is inside this WQE's PSNs
-                if wqe.opcode == WqeOpcode.RDMA_READ or wqe.opcode in ATOMIC_OPS:
+                if wqe.opcode in REQUEST_OPS:
                     self.counts["implied_naks"] += 1
                     self._go_back(qpn, ctx, req)
                 else:
@@ -253,13 +245,13 @@ class Requester:
                 self.counts["implied_naks"] += 1
                 self._go_back(qpn, ctx, req)
                 return False
-            self._retire(qpn, ctx, req, wqe, psn_span(wqe, mtu))
+            self._retire(qpn, ctx, req, wqe, psn_span(wqe.opcode, wqe.length, mtu))
         return True
 
     def _read_response(self, qpn, ctx, req, mtu, wqe, position, payload) -> None:
         if wqe.opcode != WqeOpcode.RDMA_READ:
             raise _Fatal(CqeStatus.BAD_RESP_ERR)
-        span = psn_span(wqe, mtu)
+        span = psn_span(wqe.opcode, wqe.length, mtu)
         k = psn_delta(ctx.una_psn, req.wqe_psn)
         last = k == span - 1
         want = min(mtu, wqe.length - k * mtu)
@@ -321,7 +313,7 @@ class Requester:
             self.engine._complete(qpn, ctx, Cqe(wr_id=wqe.wr_id, byte_len=wqe.length, qpn=qpn, opcode=wqe.opcode,
                                                 wqe_index=req.sq_acked))
         self.counts["completions"] += 1
-        if wqe.opcode == WqeOpcode.RDMA_READ or wqe.opcode in ATOMIC_OPS:
+        if wqe.opcode in REQUEST_OPS:
             ctx.rd_pending -= 1
         req.sq_acked = (req.sq_acked + 1) & 0xFFFF
         req.wqe_psn = (req.wqe_psn + span) & PSN_MASK
@@ -342,7 +334,7 @@ class Requester:
 
     def _rewind(self, qpn, ctx, req) -> None:
         """The send pointer goes back to the oldest unacknowledged WQE (the engine skips what is acked)."""
-        req.high_psn = self._sent_end(ctx, req)
+        req.high_psn = sent_end(ctx.next_psn, req.high_psn)
         ctx.next_psn, ctx.sq_ci, ctx.rd_pending = req.wqe_psn, req.sq_acked, 0
         self.engine._qpc_write(qpn, ctx)
         self.write_req(qpn, req)
@@ -352,7 +344,7 @@ class Requester:
         """The WQE at ``sq_acked`` completes with ``status``; the QP goes to ERROR and every later WQE is
         flushed (those sent but unacknowledged first, then the engine's)."""
         wqe = self._wqe(ctx, req.sq_acked)
-        if (wqe.opcode == WqeOpcode.RDMA_READ or wqe.opcode in ATOMIC_OPS) and ctx.rd_pending:
+        if wqe.opcode in REQUEST_OPS and ctx.rd_pending:
             ctx.rd_pending -= 1
         self.engine._count("wqe_errors")
         self.engine._complete(qpn, ctx, Cqe(wr_id=wqe.wr_id, qpn=qpn, opcode=wqe.opcode, status=status,
@@ -383,10 +375,9 @@ class Requester:
         """QP ``qpn``'s local ACK timer expired: retransmit from ``una_psn`` (or end the QP with
         RETRY_EXC_ERR when its retries are used up). False if nothing was outstanding or the QP has no
         timer (``timeout`` 0)."""
-        if not self.outstanding(qpn) or self.waiting(qpn) or not self.read_req(qpn).timeout:
+        ctx, req = self.engine._qpc_peek(qpn), self.read_req(qpn)
+        if not self._outstanding(ctx, req) or ctx.req_wait or not req.timeout:
             return False
-        ctx = self.engine._qpc_peek(qpn)
-        req = self.read_req(qpn)
         self.counts["timeouts"] += 1
         try:
             if ctx.retry_cnt == 0:

@@ -159,7 +159,7 @@ class Loopback:
             remote = REMOTE_MR[2] + i * SLOT
             if m.op in ANSWERED_OPS:
                 if m.op == WqeOpcode.RDMA_READ:
-                    m.data = random.Random(hash((self.seed, flow.name, i))).randbytes(m.length)
+                    m.data = random.Random(f"{self.seed}:{flow.name}:{i}").randbytes(m.length)
                 flow.dst.mem.poke(p.remote(remote), m.data)
             else:
                 flow.src.mem.poke(local, m.data)

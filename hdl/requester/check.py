@@ -5,11 +5,10 @@ from amaranth import Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from ...model.engine import ATOMIC_OPS, PSN_MASK
+from ...model.engine import ATOMIC_OPS, PSN_MASK, REQUEST_OPS
 from ...model.opcodes import OPCODE_INFO, Transport
 from ...model.qpc import QpState, ServiceType
 from ...model.requester import RespDrop, RespKind, Step
-from ...model.wqe import WqeOpcode
 from ..engine.layouts import in_set
 
 __all__ = ["RespCheck", "WalkStep"]
@@ -82,7 +81,7 @@ class WalkStep(wiring.Component):
         m.d.comb += end.eq((self.wqe_psn + self.span) & PSN_MASK)
         with m.If(_behind(self.bound, end)):
             m.d.comb += self.step.eq(Step.STOP)
-        with m.Elif(atomic | (self.opcode == WqeOpcode.RDMA_READ)):
+        with m.Elif(in_set(self.opcode, REQUEST_OPS)):
             m.d.comb += self.step.eq(Step.IMPLIED)
         with m.Else():
             m.d.comb += self.step.eq(Step.COMPLETE)
