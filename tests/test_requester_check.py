@@ -11,7 +11,7 @@ from rnic.hdl.requester import RespCheck, WalkStep
 from rnic.model.engine import PSN_MASK
 from rnic.model.opcodes import OPCODE_INFO, Transport
 from rnic.model.qpc import QpState, ServiceType
-from rnic.model.requester import RespDrop, classify, walk_step
+from rnic.model.requester import RespDrop, classify, psn_span, walk_step
 from rnic.model.wqe import WqeOpcode
 from rnic.sim.toolchain import seed_from_env
 
@@ -23,13 +23,18 @@ def _near(rng, psn):
     return (psn + rng.choice([0, 1, -1, 2, -2, rng.randrange(-200, 200), rng.randrange(1 << 24)])) & PSN_MASK
 
 
-def _sim(dut, vectors, check):
+def _sim(dut, vectors, check, ticks=0):
+    """Apply each vector, wait ``ticks`` clocks (a registered block), then ``check``."""
     sim = Simulator(dut)
+    if ticks:
+        sim.add_clock(1e-8)
 
     async def tb(ctx):
         for inputs in vectors:
             for name, value in inputs.items():
                 ctx.set(getattr(dut, name), value)
+            for _ in range(ticks):
+                await ctx.tick()
             check(inputs, ctx)
 
     sim.add_testbench(tb)
@@ -79,6 +84,8 @@ def test_walk_step_against_the_model():
     def check(v, ctx):
         want = walk_step(v["opcode"], v["length"], 1 << v["log_mtu"], v["wqe_psn"], v["bound"])
         assert ctx.get(dut.step) == want, f"seed {seed}: {v}: RTL {ctx.get(dut.step)}, model {want!r}"
+        span = psn_span(v["opcode"], v["length"], 1 << v["log_mtu"])
+        assert ctx.get(dut.span) == span, f"seed {seed}: {v}: RTL span {ctx.get(dut.span)}, model {span}"
 
     dut = WalkStep()
-    _sim(dut, vectors, check)
+    _sim(dut, vectors, check, ticks=2)

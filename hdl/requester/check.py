@@ -63,9 +63,12 @@ class RespCheck(wiring.Component):
 
 
 class WalkStep(wiring.Component):
-    """:func:`rnic.model.requester.walk_step`, combinational: for the WQE at ``sq_acked`` (its opcode and
-    length, the QP's path MTU as ``log_mtu``, its first PSN ``wqe_psn``) when everything before ``bound``
-    is acknowledged: ``step`` (a :class:`~rnic.model.requester.Step`) and its PSN span ``span``."""
+    """:func:`rnic.model.requester.walk_step` in two registered steps: for the WQE at ``sq_acked`` (its opcode
+    and length, the QP's path MTU as ``log_mtu``, its first PSN ``wqe_psn``) when everything before ``bound``
+    is acknowledged: ``step`` (a :class:`~rnic.model.requester.Step`) and its PSN span ``span``.
+
+    ``span`` follows ``opcode``, ``length`` and ``log_mtu`` a clock later; ``step`` follows them and
+    ``wqe_psn`` two clocks later and ``bound`` and ``opcode`` at once (the carry chains stay one per clock)."""
 
     def __init__(self):
         super().__init__({"opcode": In(8), "length": In(32), "log_mtu": In(4), "wqe_psn": In(24), "bound": In(24),
@@ -74,11 +77,15 @@ class WalkStep(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         atomic = in_set(self.opcode, ATOMIC_OPS)
-        packets = Signal(33)
-        m.d.comb += packets.eq((self.length + (1 << self.log_mtu) - 1) >> self.log_mtu)
-        m.d.comb += self.span.eq(Mux(atomic | (self.length == 0), 1, packets))
+        whole = Signal(32)                      # length >> log_mtu: log_mtu is 8..12 (256..4096 bytes)
+        part = Signal()                         # a last, partial packet
+        with m.Switch(self.log_mtu):
+            for lg in range(8, 13):
+                with m.Case(lg):
+                    m.d.comb += [whole.eq(self.length[lg:]), part.eq(self.length[:lg] != 0)]
+        m.d.sync += self.span.eq(Mux(atomic | (self.length == 0), 1, whole + part))
         end = Signal(24)
-        m.d.comb += end.eq((self.wqe_psn + self.span) & PSN_MASK)
+        m.d.sync += end.eq((self.wqe_psn + self.span) & PSN_MASK)
         with m.If(_behind(self.bound, end)):
             m.d.comb += self.step.eq(Step.STOP)
         with m.Elif(in_set(self.opcode, REQUEST_OPS)):
