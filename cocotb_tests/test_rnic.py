@@ -64,6 +64,21 @@ async def test_random_traffic(dut):
 
 
 
+@cocotb.test()
+async def test_reliable_holds(dut):
+    """CONTROL.RELIABLE with no responses coming: RC WQEs write no CQE when sent, and RC QPs stop at
+    the requester's holds (the window of 128 PSNs past una_psn, max_rd_atomic, FENCE, an RNR wait),
+    parked with their place in a message; UC and UD beside them run as usual."""
+    seed = seed_from_env(1)
+    tb = FastTB(dut, seed)
+    for k in range(int(os.environ.get("RNIC_ROUNDS", "4"))):
+        tb.reseed(seed + 1000 + k)
+        nqps = tb.rng.choice([1, 3, 8])
+        w = random_workload(tb.rng, nqps=nqps, wqes=max(3, 24 // nqps), max_len=tb.rng.choice([3000, 20000]),
+                            mtus=(PathMtu.MTU_256, PathMtu.MTU_512), reliable=True)
+        await tb.run(w, latency=(1, tb.rng.choice([20, 200])), pause=0.2, sink_pause=tb.rng.choice([0.0, 0.3]))
+
+
 def prefetch_workload(rng: random.Random, quota: int):
     """Chains of unsignaled WQEs, which the engine reads ahead of, broken every way a chain breaks."""
     b = WorkloadBuilder(6, rng=rng, quota=quota)
@@ -369,7 +384,7 @@ def test_rnic():
 
 
 _WIDE_TESTS = ("test_every_mode_and_opcode,test_random_traffic,test_wqe_prefetch,test_handoff,test_read_width,test_verbs,"
-               "test_interrupt_moderation,test_bad_input")
+               "test_interrupt_moderation,test_bad_input,test_reliable_holds")
 
 
 def test_rnic_wide():

@@ -145,8 +145,8 @@ class RegisterBlock(wiring.Component):
         Software access. AW and W may arrive in any order; a write is acknowledged on B (OKAY)
         once it has taken effect, a doorbell write only once its FIFO took it. One read and one
         write in progress at a time.
-    enable, qpc_base, qpc_size, cq_base, cq_size, quota, max_burst, bw_cap, port_lid : ``Out``
-        Configuration: CONTROL bit 0 (1), QPC_BASE_HI:LO (64), QPC_SIZE (25), CQ_BASE_HI:LO (64),
+    enable, reliable, qpc_base, qpc_size, cq_base, cq_size, quota, max_burst, bw_cap, port_lid : ``Out``
+        Configuration: CONTROL bit 0 (1), CONTROL bit 1 (1), QPC_BASE_HI:LO (64), QPC_SIZE (25), CQ_BASE_HI:LO (64),
         CQ_SIZE (25), SCHED_QUOTA (16), AXI_MAX_BURST (9), AXI_BW_CAP (16), PORT_LID (16), the raw
         register values (no "0 acts as 1" mapping here). They change the cycle ``bvalid`` rises.
     sgid_index : ``In(4)``
@@ -196,6 +196,7 @@ class RegisterBlock(wiring.Component):
         super().__init__({
             "s_axil": In(AXI4LiteSignature(addr_width=ADDR_WIDTH, data_width=32)),
             "enable": Out(1),
+            "reliable": Out(1),
             "qpc_base": Out(64),
             "qpc_size": Out(width["QPC_SIZE"]),
             "cq_base": Out(64),
@@ -615,6 +616,7 @@ class RegisterBlock(wiring.Component):
         eng_rd, store = ns.eng_rd, ns.store
         m.d.comb += [
             self.enable.eq(store["CONTROL"][0]),
+            self.reliable.eq(store["CONTROL"][1]),
             self.qpc_base.eq(Cat(store["QPC_BASE_LO"], store["QPC_BASE_HI"])),
             self.qpc_size.eq(store["QPC_SIZE"]),
             self.cq_base.eq(Cat(store["CQ_BASE_LO"], store["CQ_BASE_HI"])),

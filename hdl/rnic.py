@@ -142,7 +142,7 @@ class Rnic(wiring.Component):
 
         # registers -> engine, receive path, completion writer
         m.d.comb += [
-            eng.enable.eq(regs.enable), eng.qpc_size.eq(regs.qpc_size), eng.quota.eq(regs.quota),
+            eng.enable.eq(regs.enable), eng.reliable.eq(regs.reliable), eng.qpc_size.eq(regs.qpc_size), eng.quota.eq(regs.quota),
             eng.port_lid.eq(regs.port_lid), cqw.cq_base.eq(regs.cq_base), cqw.cq_size.eq(regs.cq_size),
             regs.sgid_index.eq(eng.sgid_index), eng.sgid_gid.eq(regs.sgid_gid), eng.sgid_mac.eq(regs.sgid_mac),
             eng.sgid_vlan_id.eq(regs.sgid_vlan_id), eng.sgid_vlan_present.eq(regs.sgid_vlan_present),

@@ -161,6 +161,7 @@ class RegisterSettings:
     sgids: tuple[SgidEntry, ...] = ()
     enable: bool = True
     req_base: int = 0                   # requester records (rnic.model.req_records), 32 bytes per QP
+    reliable: bool = False              # CONTROL.RELIABLE: RC by the requester's rules
 
     def writes(self) -> list[tuple[int, int]]:
         m32 = 0xFFFF_FFFF
@@ -176,7 +177,7 @@ class RegisterSettings:
             out += [(base + 4 * w, e.gid >> (32 * w) & m32) for w in range(4)]
             out += [(base + 0x10, e.mac & m32), (base + 0x14, e.mac >> 32),
                     (base + 0x18, e.vlan_id & 0xFFF | int(e.vlan_present) << 31)]
-        out.append((REG["CONTROL"].offset, int(self.enable)))
+        out.append((REG["CONTROL"].offset, int(self.enable) | int(self.reliable) << 1))
         return out
 
 
@@ -390,15 +391,20 @@ class EngineModel:
     def _set_error(self, qpn, ctx):
         if ctx.state != QpState.ERROR:
             ctx.state = QpState.ERROR
-            if self.requester is not None:
+            if self.requester is not None and self.reliable:
                 self.requester.flush_unacked(qpn, ctx)
             self._qpc_write(qpn, ctx)
             if self.responder is not None:
                 self.responder.flush_rq(qpn)
 
+    @property
+    def reliable(self) -> bool:
+        """CONTROL.RELIABLE: RC QPs follow the requester's rules, and responses go to the requester."""
+        return bool(self.regs["CONTROL"] >> 1 & 1)
+
     def _reliable(self, ctx) -> bool:
-        """RC with a requester attached: completion at acknowledgement, window, FENCE, go-back-N."""
-        return self.requester is not None and ctx.service == ServiceType.RC
+        """An RC QP under CONTROL.RELIABLE: completion at acknowledgement, window, FENCE, go-back-N."""
+        return self.reliable and ctx.service == ServiceType.RC
 
     def _wake(self, qpn) -> None:
         """The requester made room (an acknowledgement, the end of an RNR wait): schedule ``qpn`` if it has

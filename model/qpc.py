@@ -103,7 +103,7 @@ class Op(enum.IntEnum):
     LOOKUP = 0
     SET_PSN = 1       # next_psn = arg
     ADD_PSN = 2       # next_psn = (next_psn + arg) mod 2**24
-    SET_SQ_CI = 3     # sq_ci = arg[15:0]
+    SET_SQ_CI = 3     # sq_ci = arg[15:0]; arg[16]: rd_pending += 1 (a READ or atomic sent, CONTROL.RELIABLE)
     SET_ERROR = 4     # state = ERROR
     SET_EPSN = 5      # epsn = arg
     SET_SQ_PI = 6     # sq_pi = arg[15:0]
@@ -236,6 +236,8 @@ def apply_op(record: int, op: int, arg: int) -> int:
     if op == Op.ADD_PSN:
         return set_field(record, "next_psn", (get_field(record, "next_psn") + arg) & 0xFFFFFF)
     if op == Op.SET_SQ_CI:
+        if arg >> 16 & 1:
+            record = set_field(record, "rd_pending", (get_field(record, "rd_pending") + 1) & 7)
         return set_field(record, "sq_ci", arg & 0xFFFF)
     if op == Op.SET_ERROR:
         return set_field(record, "state", QpState.ERROR)

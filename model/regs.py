@@ -145,7 +145,9 @@ def _regs():
             "SGID entries[7:0], inline bytes RC/UC[15:8], inline bytes UD[23:16], log2 of the QPNs the "
             "scheduler holds[31:24] (doorbells for higher QPNs are DB_BAD_QPN)"),
         Reg("SCRATCH", 0x00C, 32, rw, 0, "free for software"),
-        Reg("CONTROL", 0x010, 1, rw, 0, "bit 0 ENABLE: the scheduler runs (doorbells are accepted either way)"),
+        Reg("CONTROL", 0x010, 2, rw, 0, "bit 0 ENABLE: the scheduler runs (doorbells are accepted either way); bit 1 "
+            "RELIABLE: RC QPs follow the requester's rules (docs/reliability.md): no CQE when a WQE is sent, the "
+            "window, FENCE, max_rd_atomic and RNR holds; responses go to the requester"),
         Reg("STATUS", 0x014, 2, ro, 1, "bit 0 IDLE (nothing scheduled or in flight), bit 1 IRQ (interrupt output)"),
         Reg("CAPS2", 0x018, 7, ro, caps2(_DEFAULT.width, _DEFAULT.mtu),
             "log2 of the datapath bytes per beat (frames and host AXI)[3:0], largest path MTU code[6:4] "

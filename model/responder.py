@@ -316,7 +316,7 @@ class Responder:
         info = p.info
         p.qpn = p.desc.dest_qp
         response = info.operation in RESPONSE_OPERATIONS
-        if response and self.engine.requester is None:
+        if response and (self.engine.requester is None or not self.engine.reliable):
             raise self.drop(p, RxDrop.RESPONSE, f"{info.name} is for the requester")
         limit = min(self.engine.regs["QPC_SIZE"], self.engine.max_qps)
         if p.qpn >= limit:

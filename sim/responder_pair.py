@@ -45,7 +45,8 @@ class Node:
     def __post_init__(self):
         self.mac, self.gid, self.lid = _ids(self.n, self.mode)
         self.settings = RegisterSettings(qpc_base=QPC_BASE, qpc_size=16, cq_base=CQ_BASE, cq_size=4,
-                                         port_lid=self.lid, sgids=(SgidEntry(self.gid, self.mac),), req_base=REQ_BASE)
+                                         port_lid=self.lid, sgids=(SgidEntry(self.gid, self.mac),), req_base=REQ_BASE,
+                                         reliable=self.reliable)
         self.engine = EngineModel(self.mem, RnicConfig(), settings=self.settings)
         self.driver = Driver(self.mem, self.settings, self.engine, mr_base=MR_BASE)
         link = "ethernet" if self.mode.is_ethernet else "ib"

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from ..model.descriptor import LinkMode
 from ..model.config import RnicConfig
 from ..model.engine import ALLOWED_OPS, ATOMIC_LEN, ATOMIC_OPS, REQUEST_OPS, Driver, EngineModel, HostMemory, RegisterSettings, SgidEntry
-from ..model.qpc import RECORD_BYTES, PathMtu, QpContext, QpState, ServiceType
+from ..model.qpc import MUTABLE_BYTES, RECORD_BYTES, PathMtu, QpContext, QpState, ServiceType
 from ..model.regs import COUNTER_NAMES, REG
 from ..model.wqe import (CQ_RECORD_BYTES, CQE_BYTES, INLINE_MAX_RC, INLINE_MAX_UD, WQE_BYTES, Wqe, WqeFlags,
                          WqeOpcode)
@@ -168,7 +168,7 @@ class WorkloadBuilder:
 
     def build(self, doorbells: list[tuple[int, int | None]] | None = None) -> Workload:
         """Configuration writes, then the doorbells (default: each QP rung once with everything
-        posted), then CONTROL.ENABLE = 1."""
+        posted), then CONTROL.ENABLE = 1 (with RELIABLE if the settings ask for it)."""
         writes = list(self.settings.writes())
         if doorbells is None:
             doorbells = [(q, None) for q in self.qpns if self.drv.sq_pi[q] != self.drv.qps[q].sq_pi]
@@ -176,7 +176,7 @@ class WorkloadBuilder:
             if pi is None:
                 pi = self.drv.sq_pi[qpn]
             writes += [(REG["DB_QPN"].offset, qpn), (REG["DB_SQ_PI"].offset, pi)]
-        writes.append((REG["CONTROL"].offset, 1))
+        writes.append((REG["CONTROL"].offset, 1 | int(self.settings.reliable) << 1))
         return Workload(self.mem, self.settings, writes, list(self.qpns), list(self.cqns), self.map)
 
 
@@ -192,15 +192,26 @@ def random_length(rng: random.Random, mtu: int, max_len: int) -> int:
 
 
 def random_workload(rng: random.Random, *, nqps: int = 4, wqes: int = 6, max_len: int = 8192,
-                    modes=tuple(LinkMode), mtus=tuple(PathMtu), quota: int | None = None) -> Workload:
-    """Random QPs (service, link mode, MTU), random WQEs of every allowed opcode and random lengths."""
+                    modes=tuple(LinkMode), mtus=tuple(PathMtu), quota: int | None = None,
+                    reliable: bool = False) -> Workload:
+    """Random QPs (service, link mode, MTU), random WQEs of every allowed opcode and random lengths.
+
+    ``reliable``: CONTROL.RELIABLE, and RC QPs that meet the requester's holds with no responses
+    coming: some PSNs already unacknowledged, ``max_rd_atomic`` 0 to 7, now and then an RNR wait or
+    a FENCE WQE."""
     b = WorkloadBuilder(nqps, quota=quota or rng.choice([1, 2, 4, 16]), max_burst=rng.choice([256, 256, 16, 3]),
                         rng=rng)
+    b.settings.reliable = reliable
     for q in range(nqps):
         b.cq(q)
         service = rng.choice([ServiceType.RC, ServiceType.RC, ServiceType.UC, ServiceType.UD])
         mtu = rng.choice(mtus)
-        b.qp(q, service=service, mode=rng.choice(modes), mtu=mtu)
+        held = reliable and service == ServiceType.RC
+        extra = dict(max_rd_atomic=rng.choice([0, 1, 2, 4, 7, 7]), req_wait=int(rng.random() < 0.1)) if held else {}
+        ctx = b.qp(q, service=service, mode=rng.choice(modes), mtu=mtu, **extra)
+        if held and rng.random() < 0.7:
+            ctx.una_psn = (ctx.next_psn - rng.choice([rng.randrange(128), rng.randrange(100, 129)])) & 0xFFFFFF
+            b.mem.poke(b.drv._qpc(q), ctx.pack()[:MUTABLE_BYTES])
         for _ in range(rng.randrange(1, wqes + 1)):
             op = rng.choice(_ALLOWED[service])
             length = random_length(rng, mtu.bytes, mtu.bytes if service == ServiceType.UD else max_len)
@@ -211,6 +222,8 @@ def random_workload(rng: random.Random, *, nqps: int = 4, wqes: int = 6, max_len
                 flags |= WqeFlags.SIGNALED
             if rng.random() < 0.3:
                 flags |= WqeFlags.SOLICITED
+            if held and rng.random() < 0.1:
+                flags |= WqeFlags.FENCE
             cap = INLINE_MAX_UD if service == ServiceType.UD else INLINE_MAX_RC
             if op not in REQUEST_OPS and length <= cap and rng.random() < 0.4:
                 flags |= WqeFlags.INLINE

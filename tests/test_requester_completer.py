@@ -141,6 +141,8 @@ class _Regs:
 class _Engine:
     """What the Requester calls on its engine, recorded."""
 
+    reliable = True                                     # CONTROL.RELIABLE
+
     def __init__(self, mem, ctx):
         self.mem, self.regs, self.responder = mem, _Regs(), self
         self.ctx, self.written = ctx, None

@@ -2,7 +2,7 @@
 Fail-SetError, Set-Error, Complete, Complete-Wait, Drop-SetError, Completed, Retire, D-End (state
 table: :mod:`.control`)."""
 
-from amaranth import Mux
+from amaranth import Cat, Mux
 
 from ...model.regs import ErrBit
 from ...model.wqe import CqeStatus
@@ -54,7 +54,8 @@ class CommitStates:
                 m.d.sync += [self.do_cqe.eq(info_r.signaled), self.retire_to.eq(RET_SEND), self.retire_cnt.eq(0)]
                 with m.If(info_r.last):
                     self.set_cqe(CqeStatus.SUCCESS, byte_len=info_r.length, src=info_r)
-                m.d.sync += [self.commit_psns.eq(info_r.psns), self.commit_last.eq(info_r.last)]
+                m.d.sync += [self.commit_psns.eq(info_r.psns), self.commit_last.eq(info_r.last),
+                             self.commit_rd.eq(info_r.rd_inc)]
                 # ADD_PSN goes out now if the cache takes it, else from Commit-PSN
                 self.request(Op.ADD_PSN, info_r.psns)
                 with m.If(e.qpc_req.ready):
@@ -79,7 +80,7 @@ class CommitStates:
                 with m.Else():
                     m.next = "Send-Loop"
         with m.State("Retire-Next"):
-            self.request(Op.SET_SQ_CI, self.commit_sq_ci + 1)
+            self.request(Op.SET_SQ_CI, Cat((self.commit_sq_ci + 1)[:16], self.commit_rd))
             with m.If(e.qpc_resp.valid):
                 m.d.sync += self.resp_owed.eq(0)
                 self.take_resp()

@@ -33,7 +33,9 @@ After reset the engine spends ``max_qps`` clocks clearing the scheduled bits (a 
 reset does not clear) before it takes a doorbell; doorbells written meanwhile wait in the FIFO.
 Doorbells are taken only between turns (a doorbell written during a turn takes effect at the next
 turn boundary, which ``docs/engine.md`` allows). A partly sent message keeps its byte offset in its
-ready-list entry; its WQE is read again at the next turn.
+ready-list entry; its WQE is read again at the next turn. Under CONTROL.RELIABLE an RC QP stops at the
+requester's holds (window, ``max_rd_atomic``, FENCE, an RNR wait): its turn ends and it is *parked*,
+its offset kept beside its scheduled bit until a doorbell queues it again.
 
 The blocks (one file each): :class:`.ready_list.ReadyList`, :class:`.wqe_fetch.WqeFetch`,
 :class:`.wqe_check.WqeCheck`, :class:`.segment.Segmenter`, the completion writer, and the control
@@ -195,7 +197,7 @@ class DescriptorEngine(wiring.Component):
             raise ValueError(f"wqe_width must be 64, 128, 256 or 512, not {wqe_width!r}")
         self.deep_below, self.wqe_width = deep_below, wqe_width
         super().__init__({
-            "enable": In(1), "qpc_size": In(25), "quota": In(16), "port_lid": In(16),
+            "enable": In(1), "reliable": In(1), "qpc_size": In(25), "quota": In(16), "port_lid": In(16),
             "sgid_index": Out(4), "sgid_gid": In(128), "sgid_mac": In(48), "sgid_vlan_id": In(12),
             "sgid_vlan_present": In(1),
             "doorbell": In(stream.Signature(doorbell_layout)),
@@ -254,13 +256,16 @@ class Control(ControlBase, DoorbellStates, TurnStates, IssueStates, CommitStates
         m.d.comb += [ready.sched_qpn.eq(self.qpn),
                      ready.mark_qpn.eq(Mux(self.in_drain_end, self.drain_qpn, self.qpn))]
         self.info_r = data.View(info_layout, info.r_data)
+        self.info_w = Signal(info_layout)
 
         m.submodules.segment = seg = self.segment = Segmenter()
         m.d.comb += [seg.ctx.eq(ctx), seg.wqe.eq(self.wqe), seg.qpn.eq(self.qpn), seg.issue_off.eq(self.issue_off),
                      seg.issue_psn.eq(self.issue_psn), seg.port_lid.eq(e.port_lid), seg.sgid_gid.eq(e.sgid_gid),
                      seg.sgid_mac.eq(e.sgid_mac), seg.sgid_vlan_id.eq(e.sgid_vlan_id),
                      seg.sgid_vlan_present.eq(e.sgid_vlan_present),
-                     e.desc.payload.eq(seg.desc), e.rd_cmd.payload.eq(seg.rd_cmd), info.w_data.eq(seg.info),
+                     e.desc.payload.eq(seg.desc), e.rd_cmd.payload.eq(seg.rd_cmd), self.info_w.eq(seg.info),
+                     self.info_w.signaled.eq(self.cqe_stop), self.info_w.rd_inc.eq(self.rel & self.request_op),
+                     info.w_data.eq(self.info_w),
                      # the turn's first packet in flight
                      e.group.payload.start.eq(self.inflight == self.drain_inflight)]
 
@@ -354,7 +359,9 @@ class Control(ControlBase, DoorbellStates, TurnStates, IssueStates, CommitStates
         # has_work() of ctx / drain_ctx a clock old: Turn-End and D-End are entered from Loop and
         # Send-Loop, which take no cache response, so neither context changed on the way in.
         m.d.comb += ready.push_data.eq(Mux(self.in_drain_end, Cat(self.drain_qpn, self.drain_offset),
-                                           Cat(self.qpn, Mux(fsm.ongoing("DB-Queue"), 0, self.offset))))
+                                           Cat(self.qpn, Mux(fsm.ongoing("DB-Queue"), ready.parked_offset,
+                                                             self.offset))))
+        m.d.comb += ready.mark_offset.eq(Mux(fsm.ongoing("Turn-End") & self.blocked, self.offset, 0))
         m.d.sync += [self.ctx_has_work.eq(has_work(ctx)), self.drain_has_work.eq(has_work(self.drain_ctx))]
         m.d.sync += Assert((self.ctx_has_work == has_work(ctx)) | ~fsm.ongoing("Turn-End"),
                            "engine: Turn-End's registered has_work differs\n")

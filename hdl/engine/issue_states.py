@@ -51,7 +51,9 @@ class IssueStates:
                 with m.If(self.squash | self.issued_last):
                     m.next = "Loop"
                 with m.Else():
-                    m.d.sync += self.offset.eq(self.issue_off)
+                    # the quota is used, or a hold stops the QP with quota left: parked
+                    m.d.sync += [self.offset.eq(self.issue_off),
+                                 self.blocked.eq(self.hold & (self.below_quota | self.solo))]
                     m.next = "Turn-End"
 
     def issue_state(self):
@@ -89,7 +91,7 @@ class IssueStates:
         arithmetic); Peek-Go starts the lookahead's bursts."""
         m, e, fetch, quota = self.m, self.e, self.fetch, self.quota
         self.lookahead_lookup("Peek")
-        la_rec = Signal(data.StructLayout({"state": QpState, "sq_ci": 16, "sq_pi": 16, "service": 8}))
+        la_rec = Signal(data.StructLayout({"state": QpState, "sq_ci": 16, "sq_pi": 16, "service": 8, "req_wait": 1}))
         la_ok = Signal()
         la_rec_ring = Signal(ring_layout)
         with m.State("Peek-Resp"):
@@ -110,7 +112,9 @@ class IssueStates:
             m.d.comb += [self.fetching.eq(1), avail.eq(la_rec.sq_pi - la_rec.sq_ci)]
             m.d.sync += [la_posted_capped.eq(Mux(avail < quota, avail, quota)), la_go.eq(la_ok & has_work(la_rec)),
                          la_first_addr.eq(ring_slot(m, la_rec_ring, la_rec.sq_ci)),
-                         self.la_rts.eq(la_ok & (la_rec.state == QpState.RTS) & (la_rec.sq_ci != la_rec.sq_pi))]
+                         # (not onto a QP waiting out an RNR NAK: its turn ends at once, before the drain)
+                         self.la_rts.eq(la_ok & (la_rec.state == QpState.RTS) & (la_rec.sq_ci != la_rec.sq_pi) &
+                                        ~(e.reliable & (la_rec.service == ServiceType.RC) & la_rec.req_wait))]
             m.next = "Peek-Go"
         with m.State("Peek-Go"):
             # as many as the queue has room for (pf_n < prefetch_max here), the QP has posted and

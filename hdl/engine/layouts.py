@@ -24,9 +24,11 @@ status_layout = data.StructLayout({"error": 1})
 #: packet order: its frame is aborted only by its own read error and gives the engine no status.
 group_layout = data.StructLayout({"start": 1, "resp": 1})
 
-#: What a packet's commit needs of it, queued from its issue (one entry per packet in flight).
+#: What a packet's commit needs of it, queued from its issue (one entry per packet in flight):
+#: ``signaled``, its WQE writes a CQE when it retires successfully (not an RC WQE under
+#: CONTROL.RELIABLE); ``rd_inc``, its retire adds one to ``rd_pending`` (a READ or atomic, the same).
 info_layout = data.StructLayout({"seg": 13, "psns": 24, "last": 1, "wr_id": 64, "opcode": 8,
-                                 "length": 32, "signaled": 1})
+                                 "length": 32, "signaled": 1, "rd_inc": 1})
 
 #: An SQ ring as a slot address needs it, taken apart when a context is loaded: a ring holds at
 #: most 2**15 slots of 64 bytes, so a slot's address is bits 6..20 of the base plus the index (15

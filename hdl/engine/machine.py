@@ -8,10 +8,11 @@ from amaranth import Cat, Mux, Signal
 from amaranth.hdl import Assert
 from amaranth.lib import data
 
+from ...model.engine import REQUEST_OPS, WINDOW
 from ...model.qpc import ServiceType
 from ..completion import CqOp, cq_cmd_layout, err_layout
 from ..qp_cache import QpState, Status, cached_layout
-from .layouts import drain_ctx_layout, inc_layout, ring_layout, wqe_layout
+from .layouts import drain_ctx_layout, in_set, inc_layout, ring_layout, wqe_layout
 from .wqe_fetch import ring_of
 
 __all__ = ["ControlBase", "RET_LOOP", "RET_SEND", "RET_DB"]
@@ -78,6 +79,7 @@ class ControlBase:
         self.retire_cnt = Signal(2)    # 0: none, 1: wqe_errors, 2: flush_count
         self.commit_psns = Signal(24)  # PSNs the committing packet consumed
         self.commit_last = Signal()
+        self.commit_rd = Signal()      # the committing packet's retire adds one to rd_pending
         self.resp_owed = Signal()      # Retire-Both: ADD_PSN's response is still to come
 
         # --- reports and counters: out through flip-flops, a clock after the event -----------------
@@ -104,6 +106,13 @@ class ControlBase:
         # --- derived values of the current QP and WQE (registered where the FSM's paths need it) --
         self.ud = Signal()
         m.d.comb += self.ud.eq(ctx.service == ServiceType.UD)
+        # CONTROL.RELIABLE on an RC QP: no CQE when a WQE is sent, and the requester's holds
+        self.rel = Signal()
+        m.d.comb += self.rel.eq(engine.reliable & (ctx.service == ServiceType.RC))
+        self.cqe_stop = Signal()       # the current WQE writes a CQE when it retires successfully
+        self.request_op = in_set(self.wqe.opcode, REQUEST_OPS)
+        m.d.comb += self.cqe_stop.eq(self.wqe.flags[0] & ~self.rel)
+        self.blocked = Signal()        # the turn ends on a hold: its QP is parked, not queued again
         self.ci_at_pi = Signal(init=1)     # ctx.sq_ci == ctx.sq_pi, loaded with ctx
         self.ctx_ring = Signal(ring_layout, init={"hi1": 1})   # the SQ ring of ctx, loaded with it
         m.d.sync += Assert(self.ctx_ring.as_value() == Cat(*(v for v in ring_of(ctx).values())),
@@ -158,7 +167,19 @@ class ControlBase:
         m.d.sync += [Assert(self.window_room == (self.inflight < window), "engine: window_room\n"),
                      Assert(self.none_inflight == (self.inflight == 0), "engine: none_inflight\n"),
                      Assert(self.drain_empty == (self.drain_inflight == 0), "engine: drain_empty\n")]
-        self.can_issue = ~self.squash & ~self.issued_last & self.room()
+        # The requester's holds (CONTROL.RELIABLE, an RC QP; the model's _send): the window of WINDOW
+        # PSNs past una_psn, a READ or atomic while rd_pending is at max_rd_atomic, and a FENCE WQE's
+        # first packet while anything is unacknowledged. A READ, atomic or FENCE WQE is never chained
+        # (Fetched drains first), so ctx holds every earlier commit when they are judged.
+        ahead = Signal(24)
+        m.d.comb += ahead.eq(self.issue_psn - ctx.una_psn)
+        self.hold = Signal()
+        m.d.comb += self.hold.eq(self.rel & (
+            (~ahead[23] & (ahead[7:23] != 0)) |
+            (self.request_op & (ctx.rd_pending >= ctx.max_rd_atomic)) |
+            (wqe.flags[2] & (self.issue_off == 0) & (ahead != 0))))
+        assert WINDOW == 128
+        self.can_issue = ~self.squash & ~self.issued_last & self.room() & ~self.hold
         # The next WQE may start before this one retires only if this one writes no CQE: a CQE can
         # overflow or be dropped, which moves the QP to ERROR before the next WQE (model order).
         # The ring compares (fetch.*_at_pi) are flip-flops computed from the clock before: next_ci
@@ -166,7 +187,7 @@ class ControlBase:
         # with pf_raise (then pf_valid blocks every user for a clock), ctx.sq_pi only when a turn
         # starts; their users run while sending and not fetching, two clocks at least after such a
         # change (Asserts in WqeFetch).
-        chainable = ~self.chain_block & ~wqe.flags[0] & (ctx.state == QpState.RTS) & ~fetch.next_ci_at_pi
+        chainable = ~self.chain_block & ~self.cqe_stop & (ctx.state == QpState.RTS) & ~fetch.next_ci_at_pi
         # (not onto the next turn's lookahead burst: a chain that needs another read goes through Loop)
         self.can_chain = (~self.squash & self.issued_last & chainable & self.room() &
                           ~(fetch.la_valid & (fetch.pf_n == fetch.la_cnt)))
@@ -187,11 +208,12 @@ class ControlBase:
                            "engine: quota_read stale while quota_stale is low\n")
         m.d.comb += fetch.pf_raise.eq(self.sending & ~self.fetching & ~fetch.la_valid & chainable & ~self.squash &
                                       ~fetch.pf_valid & ~quota_stale & (fetch.pf_n < pf_depth) &
-                                      ~fetch.pf_ci_at_pi & (~quota_read | self.solo))
+                                      ~fetch.pf_ci_at_pi & (~quota_read | self.solo) &
+                                      ~self.hold)   # (a hold ends the turn: nothing to read ahead for)
         # the turn reads no more WQEs: the rest of its quota or of its ring has been read ahead (or
         # is the current WQE), so the next turn's first WQE can be read (Peek) while it issues
         reads_done = (self.sending & ~self.squash & ~self.chain_block & (ctx.state == QpState.RTS) &
-                      (~wqe.flags[0] | fetch.next_ci_at_pi) &
+                      (~self.cqe_stop | fetch.next_ci_at_pi) &
                       (fetch.pf_ci_at_pi | (quota_read & ~quota_stale & ~self.solo)))
         # Peek may look the next turn's QP up. Once the turn reads no more WQEs it goes before the
         # next Issue: the lookahead's AR then leaves ahead of that packet's payload bursts, not

@@ -1,6 +1,6 @@
 """The scheduler's ready list: the QPs that have work, each at most once, in round-robin order."""
 
-from amaranth import Module, Mux, Signal
+from amaranth import Cat, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -16,7 +16,9 @@ entry_layout = data.StructLayout({"qpn": 24, "offset": 32})
 
 class ReadyList(wiring.Component):
     """A FIFO of ``max_qps`` entries, and one *scheduled* bit per QP (a memory) so that a QP is in
-    it at most once.
+    it at most once. Beside the bit the memory keeps a *parked* QP's message offset: a QP that the
+    requester's holds stopped inside a message leaves the list with its offset (``mark_offset``),
+    and the doorbell that queues it again takes the offset back (``parked_offset``).
 
     A reset clears flip-flops, not memories: after reset the control holds ``clear`` for
     ``max_qps`` clocks (until ``clear_last``), which zeroes the scheduled bits one a clock; else a
@@ -42,8 +44,9 @@ class ReadyList(wiring.Component):
         Strobe: queue ``push_data`` (an :data:`entry_layout` value) at the next edge's write.
     pushing : Out(1)
         The registered write enable: an entry is being written in this clock.
-    mark_en, mark_data, mark_qpn : In
-        Strobe: write ``mark_data`` as ``mark_qpn``'s scheduled bit (registered like ``push``).
+    mark_en, mark_data, mark_qpn, mark_offset : In
+        Strobe: write ``mark_data`` as ``mark_qpn``'s scheduled bit and ``mark_offset`` as its parked
+        offset (registered like ``push``).
     clear : In(1)
         Zero the scheduled bit of the clear counter's QP and count on (the post-reset Clear).
     clear_last : Out(1)
@@ -51,7 +54,7 @@ class ReadyList(wiring.Component):
     sched_qpn : In(24)
         The QP whose scheduled bit ``scheduled`` shows, a clock after ``sched_qpn`` (transparent
         for the bit's write).
-    scheduled : Out(1)
+    scheduled, parked_offset : Out(1), Out(32)
     """
 
     def __init__(self, max_qps: int = 256):
@@ -60,9 +63,9 @@ class ReadyList(wiring.Component):
         super().__init__({
             "head": Out(stream.Signature(entry_layout)), "empty": Out(1),
             "push_en": In(1), "push_data": In(entry_layout), "pushing": Out(1),
-            "mark_en": In(1), "mark_data": In(1), "mark_qpn": In(24),
+            "mark_en": In(1), "mark_data": In(1), "mark_qpn": In(24), "mark_offset": In(32),
             "clear": In(1), "clear_last": Out(1),
-            "sched_qpn": In(24), "scheduled": Out(1),
+            "sched_qpn": In(24), "scheduled": Out(1), "parked_offset": Out(32),
         })
 
     def elaborate(self, platform):
@@ -70,17 +73,19 @@ class ReadyList(wiring.Component):
         max_qps = self.max_qps
         qpn_bits = exact_log2(max_qps)
         m.submodules.fifo = fifo = BlockFIFO(width=entry_layout.size, depth=max_qps, fabric_out=True)
-        m.submodules.sched = sched = Memory(shape=1, depth=max_qps, init=[], attrs={"ram_style": "block"})
+        m.submodules.sched = sched = Memory(shape=33, depth=max_qps, init=[], attrs={"ram_style": "block"})
         sched_w = sched.write_port()
         sched_r = sched.read_port(transparent_for=(sched_w,))
-        m.d.comb += [sched_r.addr.eq(self.sched_qpn[:qpn_bits]), self.scheduled.eq(sched_r.data)]
+        m.d.comb += [sched_r.addr.eq(self.sched_qpn[:qpn_bits]), self.scheduled.eq(sched_r.data[0]),
+                     self.parked_offset.eq(sched_r.data[1:])]
 
         clear_qpn = Signal(range(max_qps))
         with m.If(self.clear):
             m.d.sync += clear_qpn.eq(clear_qpn + 1)
         m.d.comb += self.clear_last.eq(clear_qpn == max_qps - 1)
-        mark_en, mark_data, mark_addr = Signal(), Signal(), Signal(qpn_bits)
-        m.d.comb += [mark_en.eq(self.clear | self.mark_en), mark_data.eq(~self.clear & self.mark_data),
+        mark_en, mark_data, mark_addr = Signal(), Signal(33), Signal(qpn_bits)
+        m.d.comb += [mark_en.eq(self.clear | self.mark_en),
+                     mark_data.eq(Mux(self.clear, 0, Cat(self.mark_data, self.mark_offset))),
                      mark_addr.eq(Mux(self.clear, clear_qpn, self.mark_qpn[:qpn_bits]))]
         m.d.sync += [fifo.w_en.eq(self.push_en), fifo.w_data.eq(self.push_data),
                      sched_w.en.eq(mark_en), sched_w.data.eq(mark_data), sched_w.addr.eq(mark_addr)]

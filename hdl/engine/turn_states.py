@@ -53,6 +53,11 @@ class TurnStates:
                 m.d.sync += [self.flush_mode.eq(1), self.chained.eq(0), self.chain_block.eq(0)]
                 self.set_issue_ci(advance=False)
                 m.next = "Fetch"
+            with m.Elif((ctx.state == QpState.RTS) & self.rel & ctx.req_wait):
+                m.d.sync += self.blocked.eq(1)        # waiting out an RNR NAK: parked
+                with m.If(fetch.la_qpn == self.qpn):
+                    self.drop_lookahead()
+                m.next = "Turn-End"
             with m.Elif(ctx.state == QpState.RTS):
                 m.d.sync += [self.flush_mode.eq(0), self.chained.eq(0), self.chain_block.eq(0)]
                 self.set_issue_ci(advance=False)
@@ -67,12 +72,14 @@ class TurnStates:
             m.d.sync += self.sending.eq(0)
             with m.If(fetch.pf_n > fetch.la_held):
                 m.d.comb += fetch.take.eq(1)          # only the lookahead may stay between turns
-            with m.Elif(self.ctx_has_work):
+            with m.Elif(self.ctx_has_work & ~self.blocked):
                 m.d.comb += self.ready.push_en.eq(1)
             with m.Else():
+                # no work, or held (parked: its offset waits with its scheduled bit for a doorbell)
                 m.d.comb += [self.ready.mark_en.eq(1), self.ready.mark_data.eq(0)]
                 m.d.sync += self.offset.eq(0)
             with m.If(fetch.pf_n <= fetch.la_held):
+                m.d.sync += self.blocked.eq(0)
                 m.next = "Idle"
 
     def fetch_states(self):
@@ -115,10 +122,11 @@ class TurnStates:
             # full (issue_ci and chained stay; Fetch drops the newer bursts first)
             m.d.sync += self.full_read.eq(1)
             m.next = "Fetch"
-        with m.Elif(Mux(self.chained, rerr | self.wqe_bad,
+        with m.Elif(Mux(self.chained, rerr | self.wqe_bad | (self.rel & (self.request_op | wqe.flags[2])),
                         self.draining & (rerr | self.flush_mode | (self.offset_was_zero & self.wqe_bad)))):
             # handled in order after the packets in flight (this turn's, or the draining turn's,
-            # whose CQEs come first): drain, then Loop fetches it again
+            # whose CQEs come first), or judged by the requester's holds on a context that holds
+            # every earlier commit: drain, then Loop fetches it again
             m.d.sync += [self.chain_block.eq(1), self.issued_last.eq(1)]
             m.next = "Send-Loop"
         with m.Elif(self.chained):

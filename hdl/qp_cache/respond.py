@@ -4,6 +4,7 @@ back and presents the response."""
 
 from amaranth import Cat, Const, Mux, Signal
 from amaranth.hdl import Assert
+from amaranth.lib import data
 
 from ...model.qpc import CACHED_BITS, MUTABLE_BYTES
 from .layouts import Op, QpState, Status, cached_layout
@@ -96,6 +97,8 @@ def s2_update(m, sh):
             m.d.comb += rec.next_psn.eq((s2_data[8:32] + arg)[:24])
         with m.Case(Op.SET_SQ_CI):
             m.d.comb += rec.sq_ci.eq(arg[:16])
+            with m.If(arg[16]):
+                m.d.comb += rec.rd_pending.eq(data.View(cached_layout, s2_data).rd_pending + 1)
         with m.Case(Op.SET_ERROR):
             m.d.comb += rec.state.eq(QpState.ERROR)
         with m.Case(Op.SET_EPSN):
