@@ -1,4 +1,4 @@
-"""Two whole engines talking (:class:`rnic.sim.pair_top.RnicPair`): RDMA from engine A's memory into engine
+"""Two whole engines talking (``rnic_pair``, :func:`rnic.sim.pair_top.build_pair`): RDMA from engine A's memory into engine
 B's, RTL to RTL, against the two model nodes of :class:`rnic.sim.responder_pair.Pair`.
 
 A's QP 1 and B's QP 2 are connected over one link mode and service; the testbench owns the link (A's
@@ -190,8 +190,8 @@ async def test_lossy_link(dut):
 
 @pytest.mark.slow
 def test_rnic_pair():
-    from rnic.sim.pair_top import RnicPair
-    from rnic.sim.toolchain import build, run
+    from rnic.sim.pair_top import build_pair
+    from rnic.sim.toolchain import run
     config = RnicConfig()
-    run(build(lambda: RnicPair(config), "rnic_pair", f"rnic-pair-{config.key()}"), "test_rnic_pair",
+    run(build_pair(config), "test_rnic_pair",
         seed=seed_from_env(), test_dir=Path(__file__).resolve().parent, extra_env=config.env())

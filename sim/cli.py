@@ -180,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     loop.add_argument("--corrupt", type=float, help="probability that one bit of a frame flips")
     loop.add_argument("--seed", type=int, help="random seed (default: the scenario's)")
     loop.add_argument("--rtl", action="store_true", help="UC and UD: also run two RTL engines and compare them "
-                                                         "with the model (the first build takes about 13 minutes)")
+                                                         "with the model (the first build takes about six minutes)")
     loop.set_defaults(func=_cmd_loopback)
     soak = sub.add_parser("soak", help="random traffic on the RTL until --cycles clocks, scoreboard on",
                           description="Random workloads on the RTL, checked against the golden model. Workload i "

@@ -170,11 +170,11 @@ def run_loopback(scenario, out: Path, *, seed: int | None = None, knobs: dict | 
         raise ValueError("--rtl posts the receive WQEs up front: leave rnr out of the scenario")
     from ..model.config import RnicConfig
     from . import toolchain
-    from .pair_top import RnicPair
+    from .pair_top import build_pair
     out.mkdir(parents=True, exist_ok=True)
     config = RnicConfig()
-    status("building the two engines with Verilator (about 13 minutes the first time, then cached) ...")
-    build = toolchain.build(lambda: RnicPair(config), "rnic_pair", f"rnic-pair-{config.key()}")
+    status("building the two engines with Verilator (about six minutes the first time, then cached) ...")
+    build = build_pair(config)
     job, result = out / "loopback-job.json", out / "loopback.json"
     job.write_text(json.dumps({"scenario": str(Path(scenario).resolve()), "seed": seed, "knobs": knobs or {},
                                "out": str(result.resolve())}))

@@ -1,7 +1,7 @@
 """The cocotb side of ``python -m rnic.sim loopback --rtl``: the scenario's loopback on the two engines of
-:class:`rnic.sim.pair_top.RnicPair` beside the model (:func:`rnic.sim.pair_tb.run_loopback`). Reads the job
-from ``$RNIC_LOOPBACK`` (JSON: scenario, seed, knobs, out) and writes ``out`` (JSON: the summary, read
-from the RTL's memory and links, and the mismatches)."""
+``rnic_pair`` (:func:`rnic.sim.pair_top.build_pair`) beside the model (:func:`rnic.sim.pair_tb.run_loopback`).
+Reads the job from ``$RNIC_LOOPBACK`` (JSON: scenario, seed, knobs, out) and writes ``out`` (JSON: the
+summary, read from the RTL's memory and links, and the mismatches)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Two whole engines (:class:`rnic.sim.pair_top.RnicPair`) over a lossy link beside the model's
+"""Two whole engines (module ``rnic_pair``, :func:`rnic.sim.pair_top.build_pair`) over a lossy link beside the model's
 :class:`~rnic.sim.loopback.Loopback`: the cocotb side that ``cocotb_tests/test_rnic_pair.py`` and
 ``python -m rnic.sim loopback --rtl`` share.
 
