@@ -42,7 +42,7 @@ class Completer(wiring.Component):
     one ``place``; a ``write`` waits for ``placed`` (``err``: the payload could not be written). ``upd``
     comes last, only if the job changed something. ``count`` and ``err`` are one-clock strobes.
 
-    States: Idle, RecRead / RecWait, then Classify (a response), Timeout or RnrDone. The walk (Walk,
+    States: Idle, RecRead / RecReadWait, then Classify (a response), Timeout or RnrDone. The walk (Walk,
     WalkStep, Retire, WalkEnd) completes the WQEs a response acknowledges; AfterAck, AfterNak and AfterResp
     do the rest (Rnr, Seq, GoBack, Rewind, ReadOff .. ReadPlaced, AtomicWrite, FailCqe and FailError with
     its flush); Done, Place, RecWrite and Update end the job. Load (the WQE at ``sq_acked``, read once per
@@ -162,6 +162,24 @@ class Completer(wiring.Component):
                 with m.If(self.cq.done.valid):
                     then()
 
+        def goto(state):
+            def f(resp):
+                m.next = state
+            return f
+
+        def host_states(name, then, **fields):
+            """States ``name`` (the ``host_cmd`` with ``fields``) and ``name + "Wait"`` (its ``host_resp``),
+            then ``then(resp)``."""
+            with m.State(name):
+                m.d.comb += [self.host_cmd.valid.eq(1),
+                             *(getattr(self.host_cmd.payload, k).eq(v) for k, v in fields.items())]
+                with m.If(self.host_cmd.ready):
+                    m.next = name + "Wait"
+            with m.State(name + "Wait"):
+                m.d.comb += self.host_resp.ready.eq(1)
+                with m.If(self.host_resp.valid):
+                    then(self.host_resp.payload)
+
         with m.FSM():
             with m.State("Idle"):
                 m.d.comb += self.job.ready.eq(1)
@@ -175,24 +193,17 @@ class Completer(wiring.Component):
                                  from_walk.eq(0)]
                     m.next = "RecRead"
 
-            with m.State("RecRead"):
-                m.d.comb += [self.host_cmd.valid.eq(1), self.host_cmd.payload.addr.eq(req_addr),
-                             self.host_cmd.payload.nbytes.eq(REQ_BYTES)]
-                with m.If(self.host_cmd.ready):
-                    m.next = "RecWait"
-
-            with m.State("RecWait"):
-                m.d.comb += self.host_resp.ready.eq(1)
-                with m.If(self.host_resp.valid):
-                    m.d.sync += r.eq(self.host_resp.payload.rdata[:REQ_BYTES * 8])
-                    with m.If(self.host_resp.payload.err):
-                        m.next = "ReadError"
-                    with m.Elif(j.kind == JobKind.RESPONSE):
-                        m.next = "Classify"
-                    with m.Elif(j.kind == JobKind.TIMEOUT):
-                        m.next = "Timeout"
-                    with m.Else():
-                        m.next = "RnrDone"
+            def record_read(resp):
+                m.d.sync += r.eq(resp.rdata[:REQ_BYTES * 8])
+                with m.If(resp.err):
+                    m.next = "ReadError"
+                with m.Elif(j.kind == JobKind.RESPONSE):
+                    m.next = "Classify"
+                with m.Elif(j.kind == JobKind.TIMEOUT):
+                    m.next = "Timeout"
+                with m.Else():
+                    m.next = "RnrDone"
+            host_states("RecRead", record_read, addr=req_addr, nbytes=REQ_BYTES)
 
             with m.State("ReadError"):                  # the job is abandoned
                 m.d.comb += [self.err.valid.eq(1), self.err.bit.eq(ErrBit.BUS_WQE), self.err.qpn.eq(j.qpn)]
@@ -372,30 +383,20 @@ class Completer(wiring.Component):
                 with m.Else():
                     advance(una + 1, R_DONE)
 
-            with m.State("AtomicWrite"):
-                off = w.local_addr[:6]
-                first = Signal(7)
-                m.d.comb += first.eq(Mux(off > 56, 64 - off, 8))
-                m.d.comb += [self.host_cmd.valid.eq(1), self.host_cmd.payload.write.eq(1)]
-                with m.If(~half):
-                    m.d.comb += [self.host_cmd.payload.addr.eq(w.local_addr), self.host_cmd.payload.nbytes.eq(first),
-                                 self.host_cmd.payload.wdata.eq(j.orig)]
+            straddles = w.local_addr[:6] > 56                   # the 8 bytes cross a 64-byte block
+            first = Signal(7)                                   # bytes in the first access
+            m.d.comb += first.eq(Mux(straddles, 64 - w.local_addr[:6], 8))
+
+            def atomic_written(resp):
+                with m.If(resp.err):
+                    m.next = "WriteError"
+                with m.Elif(~half & straddles):
+                    m.d.sync += half.eq(1)
+                    m.next = "AtomicWrite"
                 with m.Else():
-                    m.d.comb += [self.host_cmd.payload.addr.eq(w.local_addr + first),
-                                 self.host_cmd.payload.nbytes.eq(8 - first),
-                                 self.host_cmd.payload.wdata.eq(j.orig >> (first << 3))]
-                with m.If(self.host_cmd.ready):
-                    m.next = "AtomicWait"
-            with m.State("AtomicWait"):
-                m.d.comb += self.host_resp.ready.eq(1)
-                with m.If(self.host_resp.valid):
-                    with m.If(self.host_resp.payload.err):
-                        m.next = "WriteError"
-                    with m.Elif(~half & (w.local_addr[:6] > 56)):
-                        m.d.sync += half.eq(1)
-                        m.next = "AtomicWrite"
-                    with m.Else():
-                        m.next = "Retire"
+                    m.next = "Retire"
+            host_states("AtomicWrite", atomic_written, write=1, addr=Mux(half, w.local_addr + first, w.local_addr),
+                        nbytes=Mux(half, 8 - first, first), wdata=Mux(half, j.orig >> (first << 3), j.orig))
 
             with m.State("WriteError"):
                 m.d.comb += [self.err.valid.eq(1), self.err.bit.eq(ErrBit.BUS_PAYLOAD), self.err.qpn.eq(j.qpn),
@@ -468,19 +469,15 @@ class Completer(wiring.Component):
                 with m.If(w_ok & (w_idx == r.sq_acked)):
                     go_ret()
                 with m.Else():
-                    m.d.comb += [self.host_cmd.valid.eq(1), self.host_cmd.payload.addr.eq(slot),
-                                 self.host_cmd.payload.nbytes.eq(WQE_BYTES)]
-                    with m.If(self.host_cmd.ready):
-                        m.next = "LoadWait"
-            with m.State("LoadWait"):
-                m.d.comb += self.host_resp.ready.eq(1)
-                with m.If(self.host_resp.valid):
-                    m.d.sync += [w.eq(self.host_resp.payload.rdata), w_ok.eq(~self.host_resp.payload.err),
-                                 w_idx.eq(r.sq_acked)]
-                    with m.If(self.host_resp.payload.err):
-                        m.next = "ReadError"
-                    with m.Else():
-                        m.next = "LoadDone"
+                    m.next = "LoadRead"
+
+            def wqe_read(resp):
+                m.d.sync += [w.eq(resp.rdata), w_ok.eq(~resp.err), w_idx.eq(r.sq_acked)]
+                with m.If(resp.err):
+                    m.next = "ReadError"
+                with m.Else():
+                    m.next = "LoadDone"
+            host_states("LoadRead", wqe_read, addr=slot, nbytes=WQE_BYTES)
             with m.State("LoadDone"):                  # WalkStep's span, then its PSN end, are registered
                 m.next = "LoadSpan"
             with m.State("LoadSpan"):
@@ -498,17 +495,11 @@ class Completer(wiring.Component):
                     m.next = "RecWrite"
             with m.State("RecWrite"):
                 with m.If(dirty):
-                    m.d.comb += [self.host_cmd.valid.eq(1), self.host_cmd.payload.write.eq(1),
-                                 self.host_cmd.payload.addr.eq(req_addr), self.host_cmd.payload.nbytes.eq(MUTABLE_BYTES),
-                                 self.host_cmd.payload.wdata.eq(r.as_value()[:MUTABLE_BYTES * 8])]
-                    with m.If(self.host_cmd.ready):
-                        m.next = "RecWriteWait"
+                    m.next = "RecWriteGo"
                 with m.Else():
                     m.next = "Update"
-            with m.State("RecWriteWait"):
-                m.d.comb += self.host_resp.ready.eq(1)
-                with m.If(self.host_resp.valid):
-                    m.next = "Update"
+            host_states("RecWriteGo", goto("Update"), write=1, addr=req_addr, nbytes=MUTABLE_BYTES,
+                        wdata=r.as_value()[:MUTABLE_BYTES * 8])
             with m.State("Update"):
                 u = self.upd.payload
                 m.d.comb += [u.qpn.eq(j.qpn), u.una_psn.eq(una), u.retry_cnt.eq(retry), u.rnr_retry_cnt.eq(rnr),
