@@ -51,6 +51,10 @@ class Completer(wiring.Component):
 
     Host reads of the record and WQEs are expected to succeed (the model reads them through its
     backdoor); a failed one is reported on ``err`` as BUS_WQE and the job ends there, changing nothing.
+    An atomic result that straddles 64 bytes is two writes: if only the second fails, the first block
+    keeps its new bytes (the model writes nothing); the WQE fails with PAYLOAD_WRITE_ERR either way.
+    A CQE the completion writer could not write (``done.qp_error``) is the writer's report; the job
+    goes on.
     """
 
     def __init__(self):
