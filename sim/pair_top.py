@@ -18,6 +18,9 @@ from . import toolchain
 
 __all__ = ["pair_ports", "pair_verilog", "build_pair"]
 
+#: Verilator control file: keep module ``rnic`` whole, so both instances share its compiled C++.
+_NO_INLINE = '`verilator_config\nno_inline -module "rnic"\n'
+
 
 def pair_ports(config: RnicConfig = RnicConfig()) -> list[tuple[str, str, int]]:
     """The engine's ports ``(direction, name, width)`` as Amaranth names them (``clk`` and ``rst`` first)."""
@@ -55,7 +58,3 @@ def build_pair(config: RnicConfig = RnicConfig(), waves=False) -> toolchain.Buil
     """Build (or reuse) the two-engine simulation of ``config``."""
     return toolchain.build(lambda: Rnic(config), "rnic", f"rnic-pair-{config.key()}", waves=waves, top="rnic_pair",
                            extra_sources={"rnic_pair.v": pair_verilog(config), "rnic_pair.vlt": _NO_INLINE})
-
-
-_NO_INLINE = '`verilator_config\nno_inline -module "rnic"\n'
-

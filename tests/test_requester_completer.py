@@ -16,17 +16,18 @@ import random
 from amaranth.sim import Simulator
 
 from rnic.hdl.requester import Completer, JobKind
-from rnic.model.engine import EngineModel, HostMemory
+from rnic.model.engine import EngineModel, HostMemory, sq_slot
 from rnic.model.opcodes import OPCODE_INFO, Transport
 from rnic.model.qpc import CACHED_BYTES, QpContext, QpState
-from rnic.model.req_records import REQ_BYTES
+from rnic.model.req_records import REQ_BYTES, ReqContext
 from rnic.model.requester import REQ_COUNTS, Requester, RespDrop
-from rnic.model.wqe import WQE_BYTES
+from rnic.model.wqe import WQE_BYTES, WQE_FIELDS
 from rnic.sim.link import LinkKnobs
 from rnic.sim.loopback import Loopback, random_messages
 from rnic.sim.toolchain import seed_from_env
 
 REQ_BASE = 0x7_0000
+_LOCAL = next(off for name, off, _, _ in WQE_FIELDS if name == "local_addr") // 8    # its byte in a WQE
 RESPONSES = [op for op, i in OPCODE_INFO.items() if i.transport == Transport.RC and
              i.operation in ("RDMA_READ_RESPONSE", "ACKNOWLEDGE", "ATOMIC_ACKNOWLEDGE")]
 
@@ -112,24 +113,24 @@ def _mutate(rng: random.Random, job: Job) -> Job:
     if OPCODE_INFO[job.opcode].operation == "ATOMIC_ACKNOWLEDGE" and rng.random() < 0.5:
         ring = bytearray(job.ring)                      # every WQE's local address straddles 64 bytes
         for off in range(0, len(ring), WQE_BYTES):
-            addr = int.from_bytes(ring[off + 32:off + 40], "little")
-            ring[off + 32:off + 40] = ((addr & ~0x3F) + rng.choice([57, 60, 63])).to_bytes(8, "little")
+            addr = int.from_bytes(ring[off + _LOCAL:off + _LOCAL + 8], "little")
+            ring[off + _LOCAL:off + _LOCAL + 8] = ((addr & ~0x3F) + rng.choice([57, 60, 63])).to_bytes(8, "little")
         job.ring = bytes(ring)
         job.write_error = rng.random() < 0.2
     return job
 
 
 def _memory(job: Job) -> HostMemory:
+    """Host memory as the job met it (the record, the send queue); with ``write_error``, writes fail from
+    the 64-byte block of the local buffer of the WQE at ``sq_acked`` on."""
     mem = HostMemory()
     mem.poke(REQ_BASE + job.qpn * REQ_BYTES, job.record)
     mem.poke(job.ctx.sq_base & ~0x3F, job.ring)
+    if job.write_error:
+        slot = sq_slot(job.ctx, ReqContext.unpack(job.record).sq_acked) - (job.ctx.sq_base & ~0x3F)
+        block = int.from_bytes(job.ring[slot + _LOCAL:slot + _LOCAL + 8], "little") & ~0x3F
+        mem.add_write_error(block, block + 0x2000)
     return mem
-
-
-def _error_range(job: Job, wqe_addr: int | None):
-    if job.write_error and wqe_addr is not None:
-        return wqe_addr & ~0x3F, (wqe_addr & ~0x3F) + 0x2000
-    return None
 
 
 class _Regs:
@@ -183,17 +184,8 @@ class _Desc:
         self.opcode, self.psn, self.aeth_syndrome, self.atomic_orig = job.opcode, job.psn, job.syndrome, job.orig
 
 
-def _wqe_local(job: Job, ctx: QpContext, rec: bytes) -> int | None:
-    sq_acked = int.from_bytes(rec[:2], "little")
-    off = (sq_acked % (1 << ctx.log_sq_size)) * WQE_BYTES
-    return int.from_bytes(job.ring[off + 32:off + 40], "little")
-
-
 def _model(job: Job):
     mem = _memory(job)
-    err = _error_range(job, _wqe_local(job, job.ctx, job.record))
-    if err:
-        mem.add_write_error(*err)
     ctx = dataclasses.replace(job.ctx)
     engine = _Engine(mem, ctx)
     req = Requester(engine)
@@ -226,9 +218,6 @@ def _run_rtl(jobs: list[Job]) -> list[dict]:
         ctx.set(dut.req_base, REQ_BASE)
         for job in jobs:
             mem = _memory(job)
-            err = _error_range(job, _wqe_local(job, job.ctx, job.record))
-            if err:
-                mem.add_write_error(*err)
             out = dict(cqes=[], counts=[], errors=[], upd=None)
             p = dut.job.payload
             ctx.set(p.kind, job.kind)

@@ -7,6 +7,7 @@ The states themselves are in :mod:`.doorbell_states`, :mod:`.turn_states` and
 from amaranth import Cat, Mux, Signal
 from amaranth.hdl import Assert
 from amaranth.lib import data
+from amaranth.utils import exact_log2
 
 from ...model.engine import REQUEST_OPS, WINDOW
 from ...model.qpc import ServiceType
@@ -175,10 +176,9 @@ class ControlBase:
         m.d.comb += ahead.eq(self.issue_psn - ctx.una_psn)
         self.hold = Signal()
         m.d.comb += self.hold.eq(self.rel & (
-            (~ahead[23] & (ahead[7:23] != 0)) |
+            (~ahead[23] & (ahead[exact_log2(WINDOW):23] != 0)) |
             (self.request_op & (ctx.rd_pending >= ctx.max_rd_atomic)) |
             (wqe.flags[2] & (self.issue_off == 0) & (ahead != 0))))
-        assert WINDOW == 128
         self.can_issue = ~self.squash & ~self.issued_last & self.room() & ~self.hold
         # The next WQE may start before this one retires only if this one writes no CQE: a CQE can
         # overflow or be dropped, which moves the QP to ERROR before the next WQE (model order).

@@ -11,10 +11,10 @@ from ...model.qpc import QpState, ServiceType
 from ...model.requester import RespDrop, RespKind, Step
 from ..engine.layouts import in_set
 
-__all__ = ["RespCheck", "WalkStep"]
+__all__ = ["RespCheck", "WalkStep", "behind"]
 
 
-def _behind(a, b):
+def behind(a, b):
     """``a`` is behind ``b`` in 24-bit serial arithmetic (``psn_delta(a, b) < 0``)."""
     return (a - b)[23]
 
@@ -27,24 +27,25 @@ class RespCheck(wiring.Component):
     """:func:`rnic.model.requester.classify`, combinational: a response of an RC QP is dropped (``drop``,
     ``reason`` a :class:`~rnic.model.requester.RespDrop`) or asks for ``kind`` (a
     :class:`~rnic.model.requester.RespKind`). The inputs are the QP context's fields, the requester
-    record's ``high_psn`` and the response's BTH opcode, PSN and AETH syndrome."""
+    record's ``high_psn`` and the response's BTH opcode, PSN and AETH syndrome. ``sent_end`` is the PSN
+    after the last one sent (:func:`rnic.model.requester.sent_end`)."""
 
     def __init__(self):
         super().__init__({"state": In(4), "service": In(8), "una_psn": In(24), "next_psn": In(24),
                           "high_psn": In(24), "opcode": In(8), "psn": In(24), "syndrome": In(8),
-                          "drop": Out(1), "reason": Out(3), "kind": Out(3)})
+                          "drop": Out(1), "reason": Out(3), "kind": Out(3), "sent_end": Out(24)})
 
     def elaborate(self, platform):
         m = Module()
-        end = Signal(24)
-        m.d.comb += end.eq(Mux(_behind(self.next_psn, self.high_psn), self.high_psn, self.next_psn))
+        end = self.sent_end
+        m.d.comb += end.eq(Mux(behind(self.next_psn, self.high_psn), self.high_psn, self.next_psn))
         with m.If(~in_set(self.state, (QpState.RTS, QpState.SQD, QpState.SQE))):
             m.d.comb += [self.drop.eq(1), self.reason.eq(RespDrop.QP_STATE)]
         with m.Elif(self.service != ServiceType.RC):
             m.d.comb += [self.drop.eq(1), self.reason.eq(RespDrop.NOT_RC)]
-        with m.Elif(_behind(self.psn, self.una_psn)):
+        with m.Elif(behind(self.psn, self.una_psn)):
             m.d.comb += [self.drop.eq(1), self.reason.eq(RespDrop.STALE)]
-        with m.Elif(~_behind(self.psn, end)):
+        with m.Elif(~behind(self.psn, end)):
             m.d.comb += [self.drop.eq(1), self.reason.eq(RespDrop.GHOST)]
         aeth = self.syndrome[5:8]
         with m.If(in_set(self.opcode, _rc_ops("RDMA_READ_RESPONSE"))):
@@ -86,7 +87,7 @@ class WalkStep(wiring.Component):
         m.d.sync += self.span.eq(Mux(atomic | (self.length == 0), 1, whole + part))
         end = Signal(24)
         m.d.sync += end.eq((self.wqe_psn + self.span) & PSN_MASK)
-        with m.If(_behind(self.bound, end)):
+        with m.If(behind(self.bound, end)):
             m.d.comb += self.step.eq(Step.STOP)
         with m.Elif(in_set(self.opcode, REQUEST_OPS)):
             m.d.comb += self.step.eq(Step.IMPLIED)

@@ -21,7 +21,7 @@ from ...model.wqe import WQE_BYTES, CqeStatus, WqeFlags, WqeOpcode
 from ..completion import CqClientSignature, CqOp, err_layout
 from ..engine.layouts import in_set, wqe_layout
 from ..receive.host_access import host_cmd_layout, host_resp_layout
-from .check import RespCheck, WalkStep, _behind
+from .check import RespCheck, WalkStep, behind
 from .layouts import JobKind, counts_layout, job_layout, place_layout, record_layout, upd_layout
 
 __all__ = ["Completer"]
@@ -119,7 +119,7 @@ class Completer(wiring.Component):
         place_addr = Signal(64)
         mtu = Signal(14)                                 # registered with the job
 
-        sent_end = Mux(_behind(nxt, r.high_psn), r.high_psn, nxt)
+        sent_end = check.sent_end                        # from nxt and the record's high_psn
         # return points of LOAD / ADVANCE
         R_WALK, R_ACK, R_RESP, R_FAIL, R_FAILED, R_FLUSH, R_DONE, R_RNR, R_SEQ, R_WALK_STEP = range(10)
 
@@ -221,7 +221,7 @@ class Completer(wiring.Component):
 
             with m.State("Timeout"):
                 outstanding = ((c.service == ServiceType.RC) & (c.state.as_value() == QpState.RTS)
-                               & _behind(una, sent_end))
+                               & behind(una, sent_end))
                 with m.If(~outstanding | wait | (r.timeout == 0)):
                     m.next = "Done"
                 with m.Else():
@@ -296,7 +296,7 @@ class Completer(wiring.Component):
 
             # --- after the walk --------------------------------------------------------------------------
             with m.State("AfterAck"):                   # psn is inside the WQE at sq_acked
-                with m.If(~_behind(j.psn, una)):
+                with m.If(~behind(j.psn, una)):
                     with m.If(request):
                         m.d.comb += cnt.implied_naks.eq(1)
                         m.next = "GoBack"
@@ -411,7 +411,7 @@ class Completer(wiring.Component):
             with m.State("Advance"):                    # una_psn moves on to adv_to; then pull forward
                 with m.If(adv_to != una):
                     m.d.sync += [una.eq(adv_to), retry.eq(c.retry_limit), rnr.eq(c.rnr_limit)]
-                    with m.If(_behind(r.high_psn, adv_to)):
+                    with m.If(behind(r.high_psn, adv_to)):
                         m.d.sync += r.high_psn.eq(adv_to)
                 m.d.sync += [wake.eq(1), touched.eq(1), dirty.eq(1)]
                 m.next = "Pull"
@@ -423,7 +423,7 @@ class Completer(wiring.Component):
                 go_ret()
 
             with m.State("GoBack"):                     # retransmit from una_psn
-                with m.If(~_behind(una, nxt)):          # nothing sent past una_psn since the last go-back
+                with m.If(~behind(una, nxt)):          # nothing sent past una_psn since the last go-back
                     with m.If(gb_drop == 1):
                         drop(RespDrop.RETRYING)
                     with m.If(gb_drop == 2):
