@@ -73,7 +73,7 @@ def _bytemask(strb):
 
 class TB:
     def __init__(self, dut, name, *, axil=True):
-        from rnic.hdl.regs import cq_doorbell_layout, doorbell_layout, inc_layout, qpc_cmd_layout
+        from rnic.hdl.regs import cq_doorbell_layout, doorbell_layout, inc_layout, qpc_cmd_layout, rq_doorbell_layout
         self.dut = dut
         self.rng = random.Random(f"{sim_tb.seed(dut, what=name)}-{name}")
         self.edge = RisingEdge(dut.clk)
@@ -86,7 +86,7 @@ class TB:
         self.db, self.cq, self.cmd, self.rq = (
             sim_tb.StreamSink(dut, name, decode=lambda p, f=_fields(layout): _unpack(f, p))
             for name, layout in (("doorbell", doorbell_layout), ("cq_doorbell", cq_doorbell_layout),
-                                 ("qpc_cmd", qpc_cmd_layout), ("rq_doorbell", doorbell_layout)))
+                                 ("qpc_cmd", qpc_cmd_layout), ("rq_doorbell", rq_doorbell_layout)))
         self.cmd_busy = self.cmd_result = 0     # driven on qpc_cmd_busy / qpc_cmd_result
         self.idle = 1
         sim_tb.start_clock(dut)
@@ -117,7 +117,9 @@ class TB:
         elif reg.name == "CQ_DB_CI":
             self.want_cq.append((self.regs["CQ_DB_CQN"], value))
         elif reg.name == "DB_RQ_PI":
-            self.want_rq.append((self.regs["DB_QPN"], value))
+            self.want_rq.append((self.regs["DB_QPN"], value, 0))
+        elif reg.name == "REQ_TIMER":
+            self.want_rq.append((self.regs["DB_QPN"], value, 1))
         elif reg.name == "QPC_CMD" and value in (1, 2):        # 1 INVALIDATE, 2 FLUSH; 0, 3 nothing
             self.want_cmd.append((value, self.regs["QPC_CMD_QPN"]))
 

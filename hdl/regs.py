@@ -69,7 +69,7 @@ from ..model.regs import (COUNTER_NAMES, QPC_COUNTERS, REG, REGISTERS, RX_COUNTE
 from .bus import AXI4LiteSignature
 from .qp_cache import CtrlOp, counters_layout
 
-__all__ = ["RegisterBlock", "doorbell_layout", "cq_doorbell_layout", "qpc_cmd_layout", "inc_layout",
+__all__ = ["RegisterBlock", "doorbell_layout", "rq_doorbell_layout", "cq_doorbell_layout", "qpc_cmd_layout", "inc_layout",
            "ADDR_WIDTH", "DOORBELL_FIFO_DEPTH"]
 
 ADDR_WIDTH = 16
@@ -77,6 +77,8 @@ DOORBELL_FIFO_DEPTH = 4
 
 #: Payload of ``doorbell``: ``qpn`` at bits 0..23, ``pi`` at bits 24..39.
 doorbell_layout = data.StructLayout({"qpn": 24, "pi": 16})
+#: The receive path's doorbells: DB_RQ_PI writes, and REQ_TIMER writes (``timer``; ``pi`` bit 0 its value).
+rq_doorbell_layout = data.StructLayout({"qpn": 24, "pi": 16, "timer": 1})
 #: Payload of ``cq_doorbell``: ``cqn`` at bits 0..23, ``ci`` at bits 24..39.
 cq_doorbell_layout = data.StructLayout({"cqn": 24, "ci": 16})
 #: Payload of ``qpc_cmd``: a QP context cache control operation (INVALIDATE or FLUSH) and its QPN.
@@ -93,7 +95,7 @@ rx_counters_layout = data.ArrayLayout(32, len(RX_COUNTERS))
 _INTERNAL_COUNTERS = ("db_count", "irq_count")
 
 # Registers with behaviour beyond plain RW / constant RO storage.
-_SPECIAL = {"CAPS", "CAPS2", "STATUS", "INT_STATUS", "ERR_STATUS", "ERR_QPN", "ERR_INFO", "DB_SQ_PI", "CQ_DB_CI", "DB_RQ_PI",
+_SPECIAL = {"CAPS", "CAPS2", "STATUS", "INT_STATUS", "ERR_STATUS", "ERR_QPN", "ERR_INFO", "DB_SQ_PI", "CQ_DB_CI", "DB_RQ_PI", "REQ_TIMER",
             "QPC_CMD", "QPC_CMD_STATUS", *(n.upper() for n in COUNTER_NAMES),
             *(f"QPC_{n.upper()}" for n, _ in QPC_COUNTERS), *(n for n, _ in RX_COUNTERS)}
 _QPC_REGS = {f"QPC_{name.upper()}": name for name, _ in QPC_COUNTERS}
@@ -160,8 +162,9 @@ class RegisterBlock(wiring.Component):
         doorbell is never lost. DB_COUNT counts doorbells taken into the FIFO.
     cq_doorbell : ``Out(stream.Signature(cq_doorbell_layout))``
         Same for CQ_DB_CI writes: ``(CQ_DB_CQN, written value)``.
-    rq_doorbell : ``Out(stream.Signature(doorbell_layout))``
-        Same for DB_RQ_PI writes: ``(DB_QPN, written value)``, to the responder.
+    rq_doorbell : ``Out(stream.Signature(rq_doorbell_layout))``
+        Same for DB_RQ_PI writes, ``(DB_QPN, written value, 0)``, and REQ_TIMER writes, ``(DB_QPN, written
+        value, 1)``, in write order, to the receive path.
     qpc_cmd : ``Out(stream.Signature(qpc_cmd_layout))``
         One transfer per QPC_CMD write of 1 (INVALIDATE) or 2 (FLUSH): ``(op, QPC_CMD_QPN)``, from a
         one-entry register loaded when the write takes effect. Such a write waits while BUSY.
@@ -212,14 +215,14 @@ class RegisterBlock(wiring.Component):
             "sgid_vlan_present": Out(1),
             "doorbell": Out(stream.Signature(doorbell_layout)),
             "cq_doorbell": Out(stream.Signature(cq_doorbell_layout)),
-            "rq_doorbell": Out(stream.Signature(doorbell_layout)),
+            "rq_doorbell": Out(stream.Signature(rq_doorbell_layout)),
             "qpc_cmd": Out(stream.Signature(qpc_cmd_layout)),
             "qpc_cmd_busy": In(1),
             "qpc_cmd_result": In(2),
             "inc": In(inc_layout),
             "qpc_counters": In(counters_layout),
             "rx_counters": In(rx_counters_layout),
-            "mr_base": Out(64), "mr_size": Out(32), "res_base": Out(64),
+            "mr_base": Out(64), "mr_size": Out(32), "res_base": Out(64), "req_base": Out(64),
             "port_mac": Out(48), "port_ib": Out(1), "port_gids": Out(SGID_ENTRIES),
             "sgid_all": Out(data.ArrayLayout(128, SGID_ENTRIES)),
             "rx_sgid_index": In(range(SGID_ENTRIES)),
@@ -341,6 +344,7 @@ class RegisterBlock(wiring.Component):
         # The write actions that may wait, decided as the AW and W halves arrive.
         db_act = Signal()
         rq_act = Signal()
+        tm_act = Signal()                       # of rq_act: a REQ_TIMER write
         cq_act = Signal()
         cmd_act = Signal()
         w_any_next = Mux(w_hs, bus.wstrb.any(), w_any)
@@ -348,7 +352,9 @@ class RegisterBlock(wiring.Component):
         m.d.sync += [
             db_act.eq(Mux(aw_hs, aw_word == REG["DB_SQ_PI"].offset >> 2, sel["DB_SQ_PI"]) & w_any_next),
             cq_act.eq(Mux(aw_hs, aw_word == REG["CQ_DB_CI"].offset >> 2, sel["CQ_DB_CI"]) & w_any_next),
-            rq_act.eq(Mux(aw_hs, aw_word == REG["DB_RQ_PI"].offset >> 2, sel["DB_RQ_PI"]) & w_any_next),
+            rq_act.eq(Mux(aw_hs, (aw_word == REG["DB_RQ_PI"].offset >> 2) | (aw_word == REG["REQ_TIMER"].offset >> 2),
+                          sel["DB_RQ_PI"] | sel["REQ_TIMER"]) & w_any_next),
+            tm_act.eq(Mux(aw_hs, aw_word == REG["REQ_TIMER"].offset >> 2, sel["REQ_TIMER"])),
             cmd_act.eq(Mux(aw_hs, aw_word == REG["QPC_CMD"].offset >> 2, sel["QPC_CMD"]) & w_op_next),
             Assert(db_act == (sel["DB_SQ_PI"] & w_any), "regs: db_act\n"),
             Assert(cq_act == (sel["CQ_DB_CI"] & w_any), "regs: cq_act\n"),
@@ -357,7 +363,7 @@ class RegisterBlock(wiring.Component):
 
         db_fifo = m.submodules.db_fifo = SyncFIFOBuffered(width=doorbell_layout.size, depth=DOORBELL_FIFO_DEPTH)
         cq_fifo = m.submodules.cq_fifo = SyncFIFOBuffered(width=cq_doorbell_layout.size, depth=DOORBELL_FIFO_DEPTH)
-        rq_fifo = m.submodules.rq_fifo = SyncFIFOBuffered(width=doorbell_layout.size, depth=DOORBELL_FIFO_DEPTH)
+        rq_fifo = m.submodules.rq_fifo = SyncFIFOBuffered(width=rq_doorbell_layout.size, depth=DOORBELL_FIFO_DEPTH)
         cmd_valid = Signal()
         cmd_busy = Signal()
         sgid_clearing = Signal(init=1)          # the table is being zeroed after reset
@@ -388,7 +394,7 @@ class RegisterBlock(wiring.Component):
                         m.d.sync += r[lo:lo + 8].eq(w_bits[lo:min(lo + 8, reg.width)])
         ns.cmd_act, ns.cmd_busy, ns.cmd_valid, ns.cq_act, ns.cq_fifo = cmd_act, cmd_busy, cmd_valid, cq_act, cq_fifo
         ns.db_act, ns.db_fifo, ns.go, ns.sgid_clearing, ns.wr = db_act, db_fifo, go, sgid_clearing, wr
-        ns.rq_act, ns.rq_fifo = rq_act, rq_fifo
+        ns.rq_act, ns.rq_fifo, ns.tm_act = rq_act, rq_fifo, tm_act
 
     def _doorbells(self, m, ns):
         """Doorbell FIFOs and the one-entry QP context cache command register."""
@@ -400,7 +406,7 @@ class RegisterBlock(wiring.Component):
             cq_fifo.w_en.eq(go & cq_act),
             cq_fifo.w_data.eq(Cat(store["CQ_DB_CQN"], w_bits[:16])),
             ns.rq_fifo.w_en.eq(go & ns.rq_act),
-            ns.rq_fifo.w_data.eq(Cat(store["DB_QPN"], w_bits[:16])),
+            ns.rq_fifo.w_data.eq(Cat(store["DB_QPN"], Mux(ns.tm_act, w_bits[:1], w_bits[:16]), ns.tm_act)),
         ]
         for port, fifo in ((self.doorbell, db_fifo), (self.cq_doorbell, cq_fifo), (self.rq_doorbell, ns.rq_fifo)):
             m.d.comb += [port.valid.eq(fifo.r_rdy), port.payload.eq(fifo.r_data), fifo.r_en.eq(port.ready)]
@@ -628,6 +634,7 @@ class RegisterBlock(wiring.Component):
             self.mr_base.eq(Cat(store["MR_BASE_LO"], store["MR_BASE_HI"])),
             self.mr_size.eq(store["MR_SIZE"]),
             self.res_base.eq(Cat(store["RES_BASE_LO"], store["RES_BASE_HI"])),
+            self.req_base.eq(Cat(store["REQ_BASE_LO"], store["REQ_BASE_HI"])),
             self.port_mac.eq(Cat(store["PORT_MAC_LO"], store["PORT_MAC_HI"])),
             self.port_ib.eq(store["PORT_MODE"][0]),
             self.port_gids.eq(store["PORT_GIDS"]),

@@ -345,6 +345,19 @@ class EngineModel:
             self._cq_ci(self.regs["CQ_DB_CQN"], value)
         elif reg.name == "DB_RQ_PI" and self.responder is not None:
             self.responder.rq_doorbell(self.regs["DB_QPN"], value)
+        elif reg.name == "REQ_TIMER" and self.requester is not None and self.reliable:
+            self._timer_kick(self.regs["DB_QPN"], value & 1)
+
+    def _timer_kick(self, qpn: int, rnr: int) -> None:
+        """REQ_TIMER: QP ``qpn``'s local ACK timeout (``rnr`` 0) or the end of its RNR wait (1), now; the
+        requester's own checks decide whether anything happens."""
+        if qpn >= min(self.regs["QPC_SIZE"], self.max_qps):
+            self._count("db_errors")
+            self._error(ErrBit.DB_BAD_QPN, qpn)
+        elif rnr:
+            self.requester.rnr_expired(qpn)
+        else:
+            self.requester.timeout(qpn)
 
     def _count(self, name: str, n: int = 1) -> None:
         self.regs[name.upper()] = self.regs[name.upper()] + n

@@ -107,7 +107,9 @@ class Op(enum.IntEnum):
     SET_ERROR = 4     # state = ERROR
     SET_EPSN = 5      # epsn = arg
     SET_SQ_PI = 6     # sq_pi = arg[15:0]
-    SET_RETRY = 7     # retry_cnt = arg[2:0], rnr_retry_cnt = arg[6:4]
+    SET_REQ = 7       # the requester's fields: retry_cnt = arg[2:0], rnr_retry_cnt = arg[6:4], req_wait = arg[8];
+    #                   rd_pending = 0 if arg[9] else rd_pending - arg[12:10]
+    SET_UNA = 8       # una_psn = arg
 
 
 class CtrlOp(enum.IntEnum):
@@ -245,9 +247,14 @@ def apply_op(record: int, op: int, arg: int) -> int:
         return set_field(record, "epsn", arg & 0xFFFFFF)
     if op == Op.SET_SQ_PI:
         return set_field(record, "sq_pi", arg & 0xFFFF)
-    if op == Op.SET_RETRY:
+    if op == Op.SET_REQ:
         record = set_field(record, "retry_cnt", arg & 7)
-        return set_field(record, "rnr_retry_cnt", arg >> 4 & 7)
+        record = set_field(record, "rnr_retry_cnt", arg >> 4 & 7)
+        record = set_field(record, "req_wait", arg >> 8 & 1)
+        rd = 0 if arg >> 9 & 1 else (get_field(record, "rd_pending") - (arg >> 10 & 7)) & 7
+        return set_field(record, "rd_pending", rd)
+    if op == Op.SET_UNA:
+        return set_field(record, "una_psn", arg & 0xFFFFFF)
     raise AssertionError(op)
 
 

@@ -188,6 +188,8 @@ def _regs():
         Reg("PORT_MODE", 0x0B0, 1, rw, 0, "bit 0 IB: frames in are native InfiniBand (LRH), else Ethernet"),
         Reg("PORT_GIDS", 0x0B4, 16, rw, 0, "bit i: SGID entry i is one of the port's addresses (DGID / destination IP)"),
         Reg("DB_RQ_PI", 0x0B8, 16, wo, 0, "write: receive-queue doorbell, new RQ producer index of QP DB_QPN"),
+        Reg("REQ_TIMER", 0x0BC, 1, wo, 0, "write: QP DB_QPN's requester timer fires now: 0 its local ACK timeout, "
+            "1 the end of its RNR wait (CONTROL.RELIABLE; ignored otherwise)"),
         Reg("REQ_BASE_LO", 0x0C0, 32, rw, 0, "requester records base [31:0] (32 bytes per QP, 32-byte aligned)"),
         Reg("REQ_BASE_HI", 0x0C4, 32, rw, 0, "requester records base [63:32]"),
     ]

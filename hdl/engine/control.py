@@ -39,8 +39,8 @@ its offset kept beside its scheduled bit until a doorbell queues it again.
 
 The blocks (one file each): :class:`.ready_list.ReadyList`, :class:`.wqe_fetch.WqeFetch`,
 :class:`.wqe_check.WqeCheck`, :class:`.segment.Segmenter`, the completion writer, and the control
-FSM here, whose states form four machines (:mod:`.doorbell_states`, :mod:`.turn_states`,
-:mod:`.issue_states`, :mod:`.commit_states`), sharing the registers of :mod:`.machine`.
+FSM here, whose states form five machines (:mod:`.doorbell_states`, :mod:`.turn_states`,
+:mod:`.issue_states`, :mod:`.commit_states`, :mod:`.update_states`), sharing the registers of :mod:`.machine`.
 
 Control FSM
 -----------
@@ -49,7 +49,7 @@ X-Resp is the state after X that takes the cache's response (``qpc_resp.ready`` 
 | State | Entered from | Leaves to | Waits for |
 |---|---|---|---|
 | Clear | reset | Idle | the scheduled bits cleared (`max_qps` clocks) |
-| Idle | Clear, CQ-DB-Wait, DB, DB-Lookup-Resp, DB-Queue, Drop, Turn-End | DB, CQ-DB, Turn | a doorbell, else a CQ doorbell, else (enabled) a ready-list entry |
+| Idle | Clear, CQ-DB-Wait, DB, DB-Lookup-Resp, DB-Queue, Drop, Turn-End, Upd-Wake | DB, CQ-DB, Upd-Una, Turn | a doorbell, else a CQ doorbell, else a requester update, else (enabled) a ready-list entry |
 | CQ-DB | Idle | CQ-DB-Wait | the completion writer to take SET_CI |
 | CQ-DB-Wait | CQ-DB | Idle | the completion writer's `done` |
 | DB | Idle | DB-Lookup; Idle (QPN out of range) | one clock |
@@ -94,6 +94,16 @@ X-Resp is the state after X that takes the cache's response (``qpc_resp.ready`` 
 | Retire-Resp | Retire | Send-Loop, Loop | the cache's response |
 | D-End | Send-Loop | Send-Loop | one clock (re-queues the draining turn's QP) |
 | Turn-End | Loop, Send-Loop | Idle | only the lookahead's bursts outstanding (drops the rest) |
+| Upd-Una | Idle | Upd-Una-Resp | the cache to take SET_UNA (a requester update, taken in Idle after the doorbells) |
+| Upd-Una-Resp | Upd-Una | Upd-Req | the cache's response |
+| Upd-Req | Upd-Una-Resp | Upd-Req-Resp | the cache to take SET_REQ |
+| Upd-Req-Resp | Upd-Req | Upd-Psn (a move); Upd-Sched | the cache's response |
+| Upd-Psn | Upd-Req-Resp | Upd-Psn-Resp | the cache to take SET_PSN |
+| Upd-Psn-Resp | Upd-Psn | Upd-Ci | the cache's response |
+| Upd-Ci | Upd-Psn-Resp | Upd-Ci-Resp | the cache to take SET_SQ_CI |
+| Upd-Ci-Resp | Upd-Ci | Upd-Sched | the cache's response |
+| Upd-Sched | Upd-Req-Resp, Upd-Ci-Resp | Upd-Wake | one clock (the wake verdict registered) |
+| Upd-Wake | Upd-Sched | Idle | one clock (takes `upd`; queues, re-marks or un-parks the QP) |
 """
 
 from amaranth import Cat, Module, Mux, Signal
@@ -110,6 +120,7 @@ from ..descriptor import DescriptorLayout
 from ..fifo import BlockFIFO, check_credit
 from ..prim import by_state
 from ..qp_cache import cached_layout, request_layout, response_layout
+from ..requester.layouts import upd_layout
 from .commit_states import CommitStates
 from .doorbell_states import DoorbellStates
 from .issue_states import IssueStates
@@ -119,6 +130,7 @@ from .machine import ControlBase, has_work
 from .ready_list import ReadyList
 from .segment import Segmenter
 from .turn_states import TurnStates
+from .update_states import UpdateStates
 from .wqe_check import WqeCheck
 from .wqe_fetch import WqeFetch, ring_of
 
@@ -154,6 +166,9 @@ class DescriptorEngine(wiring.Component):
     -------
     doorbell, cq_doorbell : In(stream)
         From the register block; taken between turns.
+    upd : In(stream of :data:`rnic.hdl.requester.layouts.upd_layout`)
+        The requester's completer's results, applied between turns (:mod:`.update_states`); taken once
+        applied.
     qpc_req / qpc_resp : stream
         To / from :class:`rnic.hdl.qp_cache.QpCache`; one request outstanding at a time, except a
         commit's ADD_PSN and SET_SQ_CI back to back (two; the cache answers one QP in order).
@@ -202,6 +217,7 @@ class DescriptorEngine(wiring.Component):
             "sgid_vlan_present": In(1),
             "doorbell": In(stream.Signature(doorbell_layout)),
             "cq_doorbell": In(stream.Signature(cq_doorbell_layout)),
+            "upd": In(stream.Signature(upd_layout)),
             "qpc_req": Out(stream.Signature(request_layout(cache_cfg))),
             "qpc_resp": In(stream.Signature(response_layout(cache_cfg))),
             "m_axi": Out(AXI4Signature(addr_width=64, data_width=wqe_width, id_width=4)),
@@ -227,7 +243,7 @@ class DescriptorEngine(wiring.Component):
         return m
 
 
-class Control(ControlBase, DoorbellStates, TurnStates, IssueStates, CommitStates):
+class Control(ControlBase, DoorbellStates, TurnStates, IssueStates, CommitStates, UpdateStates):
     """The control FSM of :class:`DescriptorEngine` with the blocks around it (module docstring)."""
 
     def build(self):
@@ -236,10 +252,12 @@ class Control(ControlBase, DoorbellStates, TurnStates, IssueStates, CommitStates
         self.quota_flags()
         self.reports()
         self.doorbell_signals()
+        self.update_signals()
         self.decisions()
         with m.FSM(init="Clear") as fsm:
             self.idle_states()
             self.doorbell_states()
+            self.update_states()
             self.turn_states()
             self.fetch_states()
             self.send_loop_state()
@@ -265,6 +283,7 @@ class Control(ControlBase, DoorbellStates, TurnStates, IssueStates, CommitStates
                      seg.sgid_vlan_present.eq(e.sgid_vlan_present),
                      e.desc.payload.eq(seg.desc), e.rd_cmd.payload.eq(seg.rd_cmd), self.info_w.eq(seg.info),
                      self.info_w.signaled.eq(self.cqe_stop), self.info_w.rd_inc.eq(self.rel & self.request_op),
+                     self.info_w.psns.eq(seg.info.psns + self.skip),
                      info.w_data.eq(self.info_w),
                      # the turn's first packet in flight
                      e.group.payload.start.eq(self.inflight == self.drain_inflight)]
@@ -360,7 +379,9 @@ class Control(ControlBase, DoorbellStates, TurnStates, IssueStates, CommitStates
         # Send-Loop, which take no cache response, so neither context changed on the way in.
         m.d.comb += ready.push_data.eq(Mux(self.in_drain_end, Cat(self.drain_qpn, self.drain_offset),
                                            Cat(self.qpn, Mux(fsm.ongoing("DB-Queue"), ready.parked_offset,
-                                                             self.offset))))
+                                                             Mux(fsm.ongoing("Upd-Wake"),
+                                                                 Mux(self.upd.move, 0, ready.parked_offset),
+                                                                 self.offset)))))
         m.d.comb += ready.mark_offset.eq(Mux(fsm.ongoing("Turn-End") & self.blocked, self.offset, 0))
         m.d.sync += [self.ctx_has_work.eq(has_work(ctx)), self.drain_has_work.eq(has_work(self.drain_ctx))]
         m.d.sync += Assert((self.ctx_has_work == has_work(ctx)) | ~fsm.ongoing("Turn-End"),
@@ -371,4 +392,4 @@ class Control(ControlBase, DoorbellStates, TurnStates, IssueStates, CommitStates
 
         # ready.empty, not head.valid: an entry written in Turn-End reaches head.valid clocks later
         m.d.comb += e.idle.eq(fsm.ongoing("Idle") & ready.empty & ~ready.pushing & ~e.doorbell.valid &
-                              ~e.cq_doorbell.valid & (fetch.pf_n == 0))
+                              ~e.cq_doorbell.valid & ~e.upd.valid & (fetch.pf_n == 0))

@@ -47,6 +47,8 @@ class DoorbellStates:
                 m.d.sync += [self.cq_cmd.op.eq(CqOp.SET_CI), self.cq_cmd.cqn.eq(e.cq_doorbell.payload.cqn),
                              self.cq_cmd.ci.eq(e.cq_doorbell.payload.ci)]
                 m.next = "CQ-DB"
+            with m.Elif(e.upd.valid):
+                self.take_update()
             with m.Elif(e.enable & ready.head.valid):
                 m.d.comb += ready.head.ready.eq(1)
                 m.d.sync += [self.qpn.eq(ready.head.payload.qpn), self.offset.eq(ready.head.payload.offset),

@@ -45,7 +45,8 @@ class IssueStates:
                     self.set_issue_ci(advance=True)
                     m.next = "Fetch-R"
             with m.Elif(self.turn_ends & self.la_rts & fetch.la_valid & (fetch.pf_n == fetch.la_cnt) &
-                        ~self.draining & e.enable & ready.head.valid & ~e.doorbell.valid & ~e.cq_doorbell.valid):
+                        ~self.draining & e.enable & ready.head.valid & ~e.doorbell.valid & ~e.cq_doorbell.valid &
+                        ~e.upd.valid):
                 m.next = "Handoff"
             with m.Elif(self.none_inflight):
                 with m.If(self.squash | self.issued_last):
@@ -68,6 +69,7 @@ class IssueStates:
             m.d.sync += sent.eq(now)
             with m.If(now.all()):
                 m.d.comb += self.info.w_en.eq(1)
+                m.d.sync += self.skip.eq(0)
                 m.d.sync += [self.none_inflight.eq(0), self.window_room.eq(self.inflight != e.window - 1)]
                 m.d.sync += [sent.eq(0), self.inflight.eq(self.inflight + 1),
                              self.steps_inflight.eq(self.steps_inflight + 1), self.below_quota.eq(self.below_quota_if_more),
@@ -158,6 +160,7 @@ class IssueStates:
                                  self.qpn.eq(fetch.la_qpn), self.offset.eq(ready.head.payload.offset),
                                  self.steps.eq(0), self.steps_at_quota.eq(0), self.steps_inflight.eq(0),
                                  self.below_quota.eq(1), self.peeked.eq(0), self.turn_flush.eq(0)]
+                    self.turn_rewound(fetch.la_qpn)
                     m.next = "Loop"
                 with m.Else():
                     m.d.sync += self.la_rts.eq(0)     # this turn ends the usual way

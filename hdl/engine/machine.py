@@ -126,6 +126,14 @@ class ControlBase:
         self.fetching = Signal()       # Fetch, Fetch-R, Fetched, Peek, Handoff: the prefetcher waits
         self.offset_was_zero = Signal()    # offset == 0 a clock ago: Fetched comes two clocks at
         m.d.sync += self.offset_was_zero.eq(self.offset == 0)   # least after offset changes
+        # una_psn ahead of next_psn (a go-back rewound the send pointer; at most the window apart): the
+        # PSNs and bytes the turn's first WQE skips, from ctx a clock ago (ctx is stable clocks before Fetched)
+        self.skip_ok, self.skip_psns, self.skip_off = Signal(), Signal(8), Signal(32)
+        ahead = Signal(24)
+        m.d.comb += ahead.eq(ctx.una_psn - ctx.next_psn)
+        m.d.sync += [self.skip_ok.eq(~ahead[23] & (ahead[8:] == 0)), self.skip_psns.eq(ahead[:8]),
+                     self.skip_off.eq(ahead[:8] << (ctx.path_mtu[:3] + 7))]
+        self.skip = Signal(8)          # PSNs the next packet's commit adds beyond its own
         self.ctx_has_work = Signal()   # has_work(ctx) a clock ago
         self.drain_has_work = Signal() # has_work(drain_ctx) a clock ago
 
@@ -145,7 +153,8 @@ class ControlBase:
         resp = engine.qpc_resp
         m.d.comb += [resp.ready.eq(1),
                      self.resp_ok.eq(resp.valid & (resp.payload.status == Status.OK)),
-                     self.handoff_start.eq(self.resp_ok & ~engine.doorbell.valid & ~engine.cq_doorbell.valid)]
+                     self.handoff_start.eq(self.resp_ok & ~engine.doorbell.valid & ~engine.cq_doorbell.valid &
+                                           ~engine.upd.valid)]
         with m.If(resp.valid):
             m.d.sync += [self.resp_lookahead.eq(0), self.resp_handoff.eq(0)]
         # the states that take a cache response as it comes (checked after the FSM)

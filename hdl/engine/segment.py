@@ -78,11 +78,15 @@ class Segmenter(wiring.Component):
         first = Signal()
         rd_addr = Signal(64)
         with m.If(is_request):
+            # a READ resumed at issue_off (a retransmission after part of it was answered) asks for the rest
             m.d.sync += [seg.eq(0), last.eq(1),
-                         psns.eq(Mux(~is_read | (wqe.length == 0), 1, (wqe.length + mtu - 1) >> log_mtu))]
+                         psns.eq(Mux(~is_read | (remaining == 0), 1, (remaining + mtu - 1) >> log_mtu))]
         with m.Else():
             m.d.sync += [seg.eq(Mux(remaining > mtu, mtu, remaining)), last.eq(remaining <= mtu), psns.eq(1)]
-        m.d.sync += [first.eq(issue_off == 0), rd_addr.eq(wqe.local_addr + issue_off)]
+        reth_va, reth_len = Signal(64), Signal(32)
+        m.d.sync += [first.eq(issue_off == 0), rd_addr.eq(wqe.local_addr + issue_off),
+                     reth_va.eq(wqe.remote_addr + Mux(is_read, issue_off, 0)),
+                     reth_len.eq(Mux(is_read, remaining, wqe.length))]
 
         # BTH opcode: the service's base, plus the operation's first opcode, plus the position
         base = Mux(ctx.service == ServiceType.UD, BTH_BASE[ServiceType.UD],
@@ -123,8 +127,8 @@ class Segmenter(wiring.Component):
             d.pkey.eq(ctx.pkey), d.dest_qp.eq(Mux(ud, wqe.dest_qpn, ctx.dest_qpn)),
             d.ackreq.eq(last | ackreq_psn),
             d.psn.eq(self.issue_psn),
-            d.reth_va.eq(Mux(has_reth, wqe.remote_addr, 0)), d.reth_rkey.eq(Mux(has_reth, wqe.rkey, 0)),
-            d.reth_dma_len.eq(Mux(has_reth, wqe.length, 0)),
+            d.reth_va.eq(Mux(has_reth, reth_va, 0)), d.reth_rkey.eq(Mux(has_reth, wqe.rkey, 0)),
+            d.reth_dma_len.eq(Mux(has_reth, reth_len, 0)),
             d.atomic_va.eq(Mux(atomic, wqe.remote_addr, 0)), d.atomic_rkey.eq(Mux(atomic, wqe.rkey, 0)),
             d.atomic_swap.eq(Mux(is_fadd, wqe.compare_add, Mux(is_cas, wqe.swap, 0))),
             d.atomic_compare.eq(Mux(is_cas, wqe.compare_add, 0)),

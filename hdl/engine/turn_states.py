@@ -27,6 +27,7 @@ class TurnStates:
                 m.d.sync += [self.steps.eq(0), self.steps_at_quota.eq(0), self.steps_inflight.eq(self.inflight),
                              self.below_quota.eq(self.inflight < self.quota),
                              self.turn_flush.eq(rec.state == QpState.ERROR)]
+                self.turn_rewound(self.qpn)
                 m.next = "Loop"
             with m.Else():
                 m.d.comb += self.bus_err_fsm.eq(1)
@@ -156,7 +157,13 @@ class TurnStates:
             self.count_step()
             m.next = "Fail-SetError"
         with m.Else():
-            m.d.sync += [self.issue_off.eq(self.offset), self.issue_psn.eq(ctx.next_psn),
+            # a WQE started behind una_psn (after a go-back) skips the packets already acknowledged: the first
+            # packet goes out at una_psn, and its commit adds the skipped PSNs too
+            skip = self.rel & self.offset_was_zero & self.skip_ok
+            m.d.sync += [self.issue_off.eq(Mux(skip, self.skip_off, self.offset)),
+                         self.issue_psn.eq(Mux(skip, ctx.una_psn, ctx.next_psn)),
+                         self.skip.eq(Mux(skip, self.skip_psns, 0))]
+            m.d.sync += [
                          self.steps_inflight.eq(self.steps), self.below_quota.eq(self.steps < self.quota),
                          self.squash.eq(0), self.issued_last.eq(0), self.sent.eq(0), self.sending.eq(1)]
             m.d.sync += Assert(self.inflight == self.drain_inflight,

@@ -105,8 +105,12 @@ def s2_update(m, sh):
             m.d.comb += rec.epsn.eq(arg)
         with m.Case(Op.SET_SQ_PI):
             m.d.comb += rec.sq_pi.eq(arg[:16])
-        with m.Case(Op.SET_RETRY):
-            m.d.comb += [rec.retry_cnt.eq(arg[0:3]), rec.rnr_retry_cnt.eq(arg[4:7])]
+        with m.Case(Op.SET_REQ):
+            old_rd = data.View(cached_layout, s2_data).rd_pending
+            m.d.comb += [rec.retry_cnt.eq(arg[0:3]), rec.rnr_retry_cnt.eq(arg[4:7]), rec.req_wait.eq(arg[8]),
+                         rec.rd_pending.eq(Mux(arg[9], 0, old_rd - arg[10:13]))]
+        with m.Case(Op.SET_UNA):
+            m.d.comb += rec.una_psn.eq(arg)
 
     s2_ok = s2_status == Status.OK
     is_update = s2_req.op != Op.LOOKUP

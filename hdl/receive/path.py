@@ -1,6 +1,7 @@
-"""The receive path: frames in, the responder's verdicts executed, host memory and responses out."""
+"""The receive path: frames in, the responder's verdicts and the requester's responses executed, host memory
+and responses out."""
 
-from amaranth import Module, Mux
+from amaranth import Module, Mux, Signal
 from amaranth.hdl import Assert
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
@@ -10,8 +11,10 @@ from ...model.receive import DropReason
 from ...model.regs import SGID_ENTRIES
 from ...model.responder import COUNT_NAMES, RxDrop
 from ..bus import AXI4Signature, AXIStreamSignature
-from ..completion import CqClientSignature, err_layout
+from ..completion import CqClientSignature, CqShare, err_layout
 from ..qp_cache import request_layout, response_layout
+from ..requester.completer import Completer
+from ..requester.layouts import counts_layout, upd_layout
 from .front_end import RxFrontEnd
 from .host_access import HostAccess
 from .payload_writer import PayloadWriter
@@ -28,6 +31,10 @@ class ReceivePath(wiring.Component):
     when both can); :class:`Responder` answers each verdict through :class:`HostAccess` (contexts'
     receive half, WQEs, MR records, slots, atomics), the shared QP context cache (``qpc_req`` /
     ``qpc_resp``) and the shared completion writer (``cq``); response packets leave on ``resp``.
+    Under ``reliable`` the responder hands each response frame to the requester's :class:`Completer`,
+    which shares the host access and the completion writer with it (never at the same time: the
+    responder waits for the completer) and has its payload placed by the payload writer; the
+    completer's result for the QP context leaves on ``upd``.
 
     Parameters
     ----------
@@ -44,8 +51,9 @@ class ReceivePath(wiring.Component):
     -------
     s_axis : In(AXIStreamSignature(width, user_width=1))
         Frames; ``tuser`` on the last beat: bad FCS.
-    rq_doorbell : In(stream ``{qpn, pi}``)
-        Receive-queue doorbells (``DB_RQ_PI``), taken between frames.
+    rq_doorbell : In(stream ``{qpn, pi, timer}``)
+        Receive-queue doorbells (``DB_RQ_PI``) and requester timer events (``REQ_TIMER``, ``timer``), taken
+        between frames.
     m_axi_write, m_axi_host : Out(AXI4Signature(data_width=width))
         The payload writer's bursts; the responder's single accesses.
     ib, mac, lid, gids, gid_valid : In
@@ -54,8 +62,16 @@ class ReceivePath(wiring.Component):
         The tables (registers of the same names).
     sgid_index : Out(4); sgid_gid, sgid_mac, sgid_vlan_id, sgid_vlan_present : In
         The SGID entry of the responding QP, combinational from ``sgid_index``.
+    reliable : In(1)
+        CONTROL.RELIABLE: responses go to the completer (else they are dropped as RESPONSE).
+    req_base : In(64)
+        REQ_BASE: the requester records.
+    upd : Out(stream of :data:`~rnic.hdl.requester.layouts.upd_layout`)
+        The completer's result, for the engine (the context's send half); a job ends when it is taken.
+    req_count : Out(:data:`~rnic.hdl.requester.layouts.counts_layout`)
+        The completer's counter strobes.
     err : Out(err_layout)
-        The responder's and its completions' error reports.
+        The responder's, the completer's and their completions' error reports.
     inc : Out
         Counter strobes of :data:`PATH_COUNTS`.
     received, stateless, drops, counts : Out
@@ -70,7 +86,7 @@ class ReceivePath(wiring.Component):
         self.width, self.max_qps, self.cache, self.max_mtu = width, max_qps, cache, max_mtu
         super().__init__({
             "s_axis": In(AXIStreamSignature(width, user_width=1)),
-            "rq_doorbell": In(stream.Signature(data.StructLayout({"qpn": 24, "pi": 16}))),
+            "rq_doorbell": In(stream.Signature(data.StructLayout({"qpn": 24, "pi": 16, "timer": 1}))),
             "m_axi_write": Out(AXI4Signature(data_width=width)),
             "m_axi_host": Out(AXI4Signature(data_width=width)),
             "qpc_req": Out(stream.Signature(request_layout(cache))),
@@ -82,6 +98,8 @@ class ReceivePath(wiring.Component):
             "qpc_base": In(64), "qpc_size": In(25), "mr_base": In(64), "mr_size": In(32), "res_base": In(64),
             "sgid_index": Out(4), "sgid_gid": In(128), "sgid_mac": In(48), "sgid_vlan_id": In(12),
             "sgid_vlan_present": In(1),
+            "reliable": In(1), "req_base": In(64),
+            "upd": Out(stream.Signature(upd_layout)), "req_count": Out(counts_layout),
             "err": Out(err_layout),
             "inc": Out(data.StructLayout({n: {"byte_count": 13, "bus_errors": 2}.get(n, 1) for n in PATH_COUNTS})),
             "received": Out(32), "stateless": Out(data.ArrayLayout(32, len(DropReason))),
@@ -97,6 +115,8 @@ class ReceivePath(wiring.Component):
         m.submodules.pw = pw = PayloadWriter(W, depth=1 << (2 * 4224 * 8 // W).bit_length())
         m.submodules.resp = r = Responder(max_qps=self.max_qps, max_mtu=self.max_mtu, cache=self.cache)
         m.submodules.host = host = HostAccess(W)
+        m.submodules.comp = comp = Completer()
+        m.submodules.cq_share = share = CqShare(2)
 
         ax = self.s_axis
         m.d.comb += [
@@ -113,12 +133,38 @@ class ReceivePath(wiring.Component):
         wiring.connect(m, wiring.flipped(self.rq_doorbell), r.rq_db)
         wiring.connect(m, r.qpc_req, wiring.flipped(self.qpc_req))
         wiring.connect(m, wiring.flipped(self.qpc_resp), r.qpc_resp)
-        wiring.connect(m, r.host_cmd, host.cmd)
-        wiring.connect(m, host.resp, r.host_resp)
         wiring.connect(m, r.pieces, pw.pieces)
         wiring.connect(m, pw.done, r.wdone)
-        wiring.connect(m, r.cq_cmd, wiring.flipped(self.cq.cmd))
-        wiring.connect(m, wiring.flipped(self.cq.done), r.cq_done)
+        wiring.connect(m, r.cq_cmd, share.c0.cmd)
+        wiring.connect(m, share.c0.done, r.cq_done)
+        wiring.connect(m, comp.cq, share.c1)
+        wiring.connect(m, share.w, wiring.flipped(self.cq))
+        wiring.connect(m, r.job, comp.job)
+        wiring.connect(m, comp.place, r.place)
+        wiring.connect(m, r.placed, comp.placed)
+        wiring.connect(m, comp.upd, wiring.flipped(self.upd))
+
+        # one host access for both: the completer runs only while the responder waits for it
+        to_comp = Signal()
+        with m.If(host.cmd.valid & host.cmd.ready):
+            m.d.sync += to_comp.eq(comp.host_cmd.valid)
+        m.d.comb += [
+            host.cmd.valid.eq(r.host_cmd.valid | comp.host_cmd.valid),
+            host.cmd.payload.eq(Mux(comp.host_cmd.valid, comp.host_cmd.payload, r.host_cmd.payload)),
+            r.host_cmd.ready.eq(host.cmd.ready & ~comp.host_cmd.valid),
+            comp.host_cmd.ready.eq(host.cmd.ready),
+            r.host_resp.payload.eq(host.resp.payload), comp.host_resp.payload.eq(host.resp.payload),
+            r.host_resp.valid.eq(host.resp.valid & ~to_comp), comp.host_resp.valid.eq(host.resp.valid & to_comp),
+            host.resp.ready.eq(Mux(to_comp, comp.host_resp.ready, r.host_resp.ready)),
+        ]
+        m.d.sync += Assert(~(r.host_cmd.valid & comp.host_cmd.valid), "receive path: two host accesses at once\n")
+        job_error = Signal()
+        with m.If(comp.job.valid & comp.job.ready):
+            m.d.sync += job_error.eq(0)
+        with m.If(comp.upd.valid & comp.upd.ready & comp.upd.payload.error):
+            m.d.sync += job_error.eq(1)
+        m.d.comb += [r.reliable.eq(self.reliable), r.job_error.eq(job_error), comp.req_base.eq(self.req_base),
+                     self.req_count.eq(comp.count)]
         wiring.connect(m, r.resp, wiring.flipped(self.resp))
         wiring.connect(m, pw.m_axi, wiring.flipped(self.m_axi_write))
         wiring.connect(m, host.m_axi, wiring.flipped(self.m_axi_host))
@@ -128,14 +174,18 @@ class ReceivePath(wiring.Component):
             self.sgid_index.eq(r.sgid_index), r.sgid_gid.eq(self.sgid_gid), r.sgid_mac.eq(self.sgid_mac),
             r.sgid_vlan_id.eq(self.sgid_vlan_id), r.sgid_vlan_present.eq(self.sgid_vlan_present),
             self.drops.eq(r.drops), self.counts.eq(r.counts),
-            self.idle.eq(~r.busy & ~fe.m_result.valid), self.state.eq(r.state),
+            self.idle.eq(~r.busy & ~fe.m_result.valid & comp.job.ready), self.state.eq(r.state),
         ]
-        # the responder reports nothing while it waits for its completion (the writer's reports then)
+        # the responder and the completer report nothing while they wait for their completion (the writer's
+        # reports then), and the responder nothing while the completer runs
         cq = self.cq
-        m.d.comb += self.err.eq(Mux(cq.err.valid, cq.err, r.err))
-        m.d.sync += Assert(~(cq.err.valid & r.err.valid), "receive path: two error reports in one clock\n")
+        m.d.comb += self.err.eq(Mux(cq.err.valid, cq.err, Mux(r.err.valid, r.err, comp.err)))
+        m.d.sync += Assert((cq.err.valid + r.err.valid + comp.err.valid) <= 1,
+                           "receive path: two error reports in one clock\n")
+        cc = comp.count
         for n in ENGINE_COUNTS:
-            extra = cq.inc_bus_errors if n == "bus_errors" else 0
+            extra = {"bus_errors": cq.inc_bus_errors + cc.bus_errors, "wqe_errors": cc.wqe_errors,
+                     "flush_count": cc.flush_count}.get(n, 0)
             m.d.comb += getattr(self.inc, n).eq(getattr(r.inc, n) + extra)
         m.d.comb += [self.inc.cqe_count.eq(cq.inc_cqe_count), self.inc.cqe_drops.eq(cq.inc_cqe_drops)]
         return m

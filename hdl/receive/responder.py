@@ -23,12 +23,14 @@ from ...model.wqe import MAX_MESSAGE
 from ..completion import CqOp, cq_cmd_layout, err_layout
 from ..descriptor import DescriptorLayout
 from ..qp_cache import Op, QpState, Status, request_layout, response_layout
+from ..requester.layouts import job_layout, place_layout
 from .host_access import host_cmd_layout, host_resp_layout
 from .layouts import result_layout
 from .payload_writer import piece_layout
 from .resp_layouts import mr_layout, opcode_class, rx_layout, wqe_layout
 from .responder_doorbell import doorbell_states
 from .responder_fail import fail_states
+from .responder_job import job_states
 from .responder_place import place_states
 from .responder_read import read_states
 from .response_desc import ResponseDesc
@@ -79,12 +81,21 @@ class Responder(wiring.Component):
     :class:`~.host_access.HostAccess`). Every stream is a plain valid/ready handshake; the responder waits on
     each answer before it goes on, so a stall upstream or on the bus only slows it.
 
-    Between frames it takes receive-queue doorbells (``rq_db``, ahead of a waiting frame).
+    Between frames it takes receive-queue doorbells (``rq_db``, ahead of a waiting frame), and REQ_TIMER
+    writes (``rq_db`` with ``timer``): under ``reliable``, the QP's context read and a TIMEOUT or RNR_DONE
+    job (``pi`` bit 0) for the completer.
 
-    The states live in five files: this one (the checks up to the opcode sequence, the shared host access,
+    With ``reliable`` (CONTROL.RELIABLE) a response frame of a QP it finds goes to the requester's completer as
+    a ``job``; the completer's ``place`` becomes the frame's payload piece (``placed`` answers a write), and the
+    responder waits until the completer is idle again before the next frame (``job_error``: the job ended the
+    QP, which the responder then moves to ERROR with its receive queue flushed). Without it a response is
+    dropped (RESPONSE).
+
+    The states live in six files: this one (the checks up to the opcode sequence, the shared host access,
     the context write-back, responses), :mod:`.responder_place` (SEND and WRITE), :mod:`.responder_read`
-    (READ, atomics, duplicates), :mod:`.responder_fail` (NAKs, the QP's end, the RQ flush) and
-    :mod:`.responder_doorbell` (the receive-queue doorbell).
+    (READ, atomics, duplicates), :mod:`.responder_fail` (NAKs, the QP's end, the RQ flush),
+    :mod:`.responder_doorbell` (the receive-queue doorbell) and :mod:`.responder_job` (responses to the
+    completer).
     """
 
     def __init__(self, max_qps: int = 1 << 16, max_mtu: int = PathMtu.MTU_4096,
@@ -92,7 +103,7 @@ class Responder(wiring.Component):
         self.max_qps, self.max_mtu, self.cache_cfg = max_qps, int(max_mtu), cache
         super().__init__({
             "result": In(stream.Signature(result_layout())),
-            "rq_db": In(stream.Signature(data.StructLayout({"qpn": 24, "pi": 16}))),
+            "rq_db": In(stream.Signature(data.StructLayout({"qpn": 24, "pi": 16, "timer": 1}))),
             "qpc_req": Out(stream.Signature(request_layout(cache))),
             "qpc_resp": In(stream.Signature(response_layout(cache))),
             "host_cmd": Out(stream.Signature(host_cmd_layout)),
@@ -102,6 +113,11 @@ class Responder(wiring.Component):
             "cq_cmd": Out(stream.Signature(cq_cmd_layout)),
             "cq_done": In(stream.Signature(data.StructLayout({"qp_error": 1}))),
             "resp": Out(stream.Signature(resp_layout)),
+            "reliable": In(1),
+            "job": Out(stream.Signature(job_layout)),
+            "place": In(stream.Signature(place_layout)),
+            "placed": Out(stream.Signature(data.StructLayout({"err": 1}))),
+            "job_error": In(1),
             "qpc_base": In(64), "res_base": In(64), "qpc_size": In(24), "mr_base": In(64), "mr_size": In(32),
             "port_lid": In(16),
             "sgid_index": Out(4), "sgid_gid": In(128), "sgid_mac": In(48), "sgid_vlan_id": In(12),
@@ -199,6 +215,7 @@ class Responder(wiring.Component):
 
         # --- per-frame registers ---------------------------------------------------------------------------
         wqe_taken, wqe_have, released, releasing = Signal(), Signal(), Signal(), Signal()
+        in_job, job_write, job_err = Signal(), Signal(), Signal()     # a response handed to the completer
         nak_syn, nak_status, fstatus = Signal(8), Signal(8), Signal(8)
         key = Signal(32)                    # the key of the MR read in flight
         inv_key = Signal(32)
@@ -336,23 +353,29 @@ class Responder(wiring.Component):
             read_states(b)
             fail_states(b)
             doorbell_states(b)
+            job_states(b)
             with m.State("Idle"):
                 # a doorbell goes first: one written before a frame arrives is seen by that frame
                 m.d.comb += [self.rq_db.ready.eq(1), self.result.ready.eq(~self.rq_db.valid)]
                 with m.If(self.rq_db.valid):
                     m.d.sync += [res.desc.dest_qp.eq(self.rq_db.payload.qpn), db_pi.eq(self.rq_db.payload.pi)]
-                    m.next = "Db-Check"
+                    with m.If(self.rq_db.payload.timer):
+                        m.d.sync += released.eq(1)              # no frame to release
+                        m.next = "Tm-Check"
+                    with m.Else():
+                        m.next = "Db-Check"
                 with m.Elif(self.result.valid):
                     m.d.sync += [res.eq(self.result.payload), op.eq(op_in),
                                  bad_qpn.eq(self.result.payload.desc.dest_qp >= limit),
                                  wqe_taken.eq(0), wqe_have.eq(0), released.eq(0), releasing.eq(0), is_dup.eq(0),
+                                 in_job.eq(0),
                                  epsn_then.eq(0), npieces.eq(0), do_cqe.eq(0)]
                     m.next = "Classify"
 
             with m.State("Classify"):
                 with m.If(~res.ok):
                     m.next = "Finish"
-                with m.Elif(op.response):
+                with m.Elif(op.response & ~self.reliable):
                     drop(RxDrop.RESPONSE)
                 with m.Elif(bad_qpn):
                     drop(RxDrop.BAD_QPN)
@@ -406,7 +429,13 @@ class Responder(wiring.Component):
                     m.next = "Check"
 
             with m.State("Check"):
-                with m.If(~ck.responding):
+                with m.If(op.response):                         # for the requester (reliable)
+                    with m.If(~ck.pkey_ok):
+                        drop(RxDrop.PKEY)
+                    with m.Else():
+                        m.d.sync += in_job.eq(1)
+                        m.next = "Job"
+                with m.Elif(~ck.responding):
                     drop(RxDrop.QP_STATE)
                 with m.Elif(~ck.ctx_ok):
                     drop(RxDrop.BAD_CONTEXT)

@@ -161,6 +161,9 @@ def place_states(b):
         with m.If(c.wdone.valid):
             with m.If(releasing):
                 m.next = "Idle"
+            with m.Elif(b.in_job):
+                m.d.sync += b.job_err.eq(c.wdone.payload.err)
+                m.next = "Job-Placed"
             with m.Elif(c.wdone.payload.err):
                 bus_error(ErrBit.BUS_PAYLOAD)
                 nak(Syndrome.REMOTE_OP_ERR, CqeStatus.PAYLOAD_WRITE_ERR)

@@ -1,0 +1,74 @@
+"""The control FSM's requester-update machine: Upd-Una, Upd-Req, Upd-Psn, Upd-Ci, Upd-Wake (state table:
+:mod:`.control`).
+
+The completer's result for a QP (:data:`rnic.hdl.requester.layouts.upd_layout`) is applied between turns, where
+the model's requester acts (its turns are whole): ``una_psn`` (SET_UNA), the retry counts, ``req_wait`` and
+``rd_pending`` (SET_REQ: less ``rd_dec``, or 0 on a move), and a move of the send pointer (SET_PSN, SET_SQ_CI).
+Upd-Wake then does what the model's ``_rewound`` and ``_wake`` do to the scheduler: a moved QP starts its
+message again (a parked one loses its parked offset; a queued one is marked *rewound*, and its next turn
+starts at offset 0), and a woken QP with work and no RNR wait is queued. ``upd`` is taken in Upd-Wake, so the
+completer's next job reads a context that holds this one.
+"""
+
+from amaranth import Cat, Signal
+
+from ..qp_cache import Op, QpState
+
+__all__ = ["UpdateStates"]
+
+
+class UpdateStates:
+    """Mixin of :class:`.control.Control`: the requester's updates."""
+
+    def update_signals(self):
+        e = self.e
+        self.upd = Signal.like(e.upd.payload)
+        # a QP moved while in the ready list: its queued offset is stale (one bit per QP, cleared as its
+        # turn starts)
+        self.rewound = Signal(e.max_qps)
+        self.qpn_bits = max(1, (e.max_qps - 1).bit_length())
+        self.upd_queue = Signal()
+
+    def take_update(self):
+        """From Idle: take ``upd`` into a register (the stream is answered in Upd-Wake)."""
+        m, e = self.m, self.e
+        m.d.sync += [self.upd.eq(e.upd.payload), self.qpn.eq(e.upd.payload.qpn)]
+        m.next = "Upd-Una"
+
+    def update_states(self):
+        m, u, ctx, ready = self.m, self.upd, self.ctx, self.ready
+        self.cache("Upd-Una", Op.SET_UNA, u.una_psn, self.goto("Upd-Req"))
+        req_arg = Cat(u.retry_cnt, Signal(1), u.rnr_retry_cnt, Signal(1), u.req_wait, u.move, u.rd_dec)
+
+        def after_req(ok):
+            with m.If(u.move):
+                m.next = "Upd-Psn"
+            with m.Else():
+                m.next = "Upd-Sched"
+        self.cache("Upd-Req", Op.SET_REQ, req_arg, after_req)
+        self.cache("Upd-Psn", Op.SET_PSN, u.next_psn, self.goto("Upd-Ci"))
+        self.cache("Upd-Ci", Op.SET_SQ_CI, u.sq_ci, self.goto("Upd-Sched"))
+
+        # the QP's scheduled bit and parked offset (sched_qpn is qpn, set clocks ago); the verdict is
+        # registered, Upd-Wake acts on it
+        with m.State("Upd-Sched"):
+            wake = (u.wake & (ctx.sq_ci != ctx.sq_pi) & ~ctx.req_wait &
+                    ((ctx.state == QpState.RTS) | (ctx.state == QpState.ERROR)))
+            m.d.sync += self.upd_queue.eq(wake & ~ready.scheduled)
+            m.next = "Upd-Wake"
+        with m.State("Upd-Wake"):
+            m.d.comb += self.e.upd.ready.eq(1)
+            with m.If(self.upd_queue):
+                m.d.comb += [ready.push_en.eq(1), ready.mark_en.eq(1), ready.mark_data.eq(1)]
+            with m.Elif(u.move & ~ready.scheduled):
+                m.d.comb += [ready.mark_en.eq(1), ready.mark_data.eq(0)]       # parked: no offset kept
+            with m.If(u.move & ready.scheduled):
+                m.d.sync += self.rewound.bit_select(self.qpn[:self.qpn_bits], 1).eq(1)
+            m.next = "Idle"
+
+    def turn_rewound(self, qpn):
+        """The turn of ``qpn`` starts: a stale offset becomes 0 (and the mark is cleared)."""
+        m = self.m
+        bit = self.rewound.bit_select(qpn[:self.qpn_bits], 1)
+        with m.If(bit):
+            m.d.sync += [self.offset.eq(0), bit.eq(0)]

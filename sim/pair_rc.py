@@ -1,0 +1,157 @@
+"""RC over the two RTL engines (``rnic_pair``) in lockstep with the two model nodes of a
+:class:`~rnic.sim.loopback.Loopback`: the cocotb side of ``cocotb_tests/test_rnic_pair.py::test_reliable``.
+
+An RC requester's frames depend on when responses arrive, so the RTL and the model must see the same
+order of events. :func:`run_lockstep` fixes it: each step runs both nodes until they are idle (the model's
+``engine.run()``, the RTL's STATUS.IDLE), then compares the frames each node sent in that step (its
+responses and its requests, in order) with the model's, byte for byte, and puts the model's frames on its
+links (:class:`~rnic.sim.link.Link`, the loopback's knobs and seed). Then the links deliver **one** frame
+to its node, model and RTL alike, and the next step begins. When nothing moves, the links release what
+they held back. A run whose model would then need a timer (an RNR wait's end, a local ACK timeout) stops
+there with a mismatch: the RTL's timers are not joined yet.
+
+At the end both engines flush their QP context caches, and both memories (contexts, requester records,
+rings, CQs and data), the receive counters, and the end-to-end scoreboard on the RTL's memory are checked.
+"""
+
+from __future__ import annotations
+
+import random
+
+from cocotb.triggers import ClockCycles
+
+from ..model.qpc import CtrlOp
+from ..model.regs import RX_COUNTERS
+from . import tb as sim_tb
+from .loopback import Loopback
+from .pair_tb import RamView, Side
+from .responder_cases import memory_differs
+
+__all__ = ["run_lockstep"]
+
+QUIET = 100                  # clocks after a frame went in before the engine's idle bit is trusted
+STALL = 200_000
+
+
+async def _settle(dut, side: Side) -> int:
+    """Wait until ``side`` is idle (STATUS bit 0, twice in a row, nothing left in its frame input);
+    returns the clocks waited (or raises after STALL)."""
+    waited = 0
+    await side.source.wait()
+    await ClockCycles(dut.clk, QUIET)
+    seen = 0
+    while seen < 2:
+        if await side.reg("STATUS") & 1:
+            seen += 1
+        else:
+            seen = 0
+        await ClockCycles(dut.clk, 20)
+        waited += 40
+        if waited > STALL:
+            raise TimeoutError(f"engine {side.name} not idle after {STALL} clocks")
+    return waited
+
+
+def _take(side: Side) -> list[bytes]:
+    out = []
+    while not side.sink.empty():
+        out.append(bytes(side.sink.recv_nowait().tdata))
+    side.sent += out
+    return out
+
+
+async def run_lockstep(dut, rng: random.Random, a: Side, b: Side, lb: Loopback, max_quiet: int = 200) -> dict:
+    """Run ``lb`` (built with ``rnr`` 0, nothing run yet) on the model and on the two engines, step by step;
+    return ``{"mismatches": [...], "problems": [...], "steps": n}`` (mismatches stop the run)."""
+    nodes = {"a": lb.pair.a, "b": lb.pair.b}
+    sides = {"a": a, "b": b}
+    doorbells = lb.post_recvs(doorbell=False)
+    for name, qpn, pi in doorbells:
+        nodes[name].resp.rq_doorbell(qpn, pi)
+    for side, node in ((a, nodes["a"]), (b, nodes["b"])):
+        side.ram.load(node.mem, latency=rng.choice([(0, 0), (0, 30)]), pause=rng.choice([0, 0.1]))
+        sim_tb.set_pause(side.sink, rng.choice([0, 0.2]), rng)
+        side.sent.clear()
+    await sim_tb.reset(dut, 4, low=("a__s_axis__tvalid", "b__s_axis__tvalid"), after=2)
+    for side, node in ((a, nodes["a"]), (b, nodes["b"])):
+        for offset, value in node.resp.settings.writes([e.gid for e in node.settings.sgids]) + node.settings.writes():
+            await side.axil.write_dword(offset, value)
+    for name, qpn, pi in doorbells:
+        await sides[name].write("DB_QPN", qpn)
+        await sides[name].write("DB_RQ_PI", pi)
+    for flow in lb.flows:                             # the model rings in Loopback.run; the RTL here
+        if flow.indices:
+            name = "a" if flow.src is lb.pair.a else "b"
+            flow.src.driver.ring(flow.sq)
+            await sides[name].write("DB_QPN", flow.sq)
+            await sides[name].write("DB_SQ_PI", flow.src.driver.sq_pi[flow.sq])
+
+    links = {"a": lb.links["a-to-b"], "b": lb.links["b-to-a"]}
+    dst_of = {"a": "b", "b": "a"}
+    since = {n: [0, 0] for n in nodes}
+    mismatches: list[str] = []
+    steps = quiet = 0
+
+    async def run_nodes() -> bool:
+        """Both nodes until idle; compare and send what each sent. True if anything was sent."""
+        moved = False
+        for name, node in nodes.items():
+            node.engine.run()
+            new = node.resp.responses[since[name][0]:] + node.engine.packets[since[name][1]:]
+            since[name] = [len(node.resp.responses), len(node.engine.packets)]
+            want = [p.frame() for p in new]
+            await _settle(dut, sides[name])
+            await ClockCycles(dut.clk, 50)
+            got = _take(sides[name])
+            if got != want:
+                first = next((i for i, (g, w) in enumerate(zip(got, want)) if g != w), min(len(got), len(want)))
+                mismatches.append(f"step {steps}: engine {name} sent {len(got)} frames, the model {len(want)}; "
+                                  f"they differ from frame {first}")
+            for frame in want:
+                lb.captured["a-to-b" if name == "a" else "b-to-a"].append(frame)
+                links[name].send(frame)
+            moved |= bool(want)
+        return moved
+
+    moved = await run_nodes()
+    while quiet < max_quiet and not mismatches:
+        steps += 1
+        delivered = False
+        for name in ("a", "b"):
+            frames = links[name].deliver(everything=not moved)
+            for frame in frames:
+                dst = dst_of[name]
+                nodes[dst].resp.receive(frame)
+                await sides[dst].source.send(frame)
+                delivered = True
+                moved = await run_nodes()
+                if mismatches:
+                    break
+            if mismatches:
+                break
+        if delivered or mismatches:
+            quiet = 0
+            continue
+        quiet += 1
+        fired = []
+        for name, node in nodes.items():
+            for qpn in lb.qpns[name]:
+                if node.req.rnr_expired(qpn) or node.req.timeout(qpn):
+                    fired.append((name, qpn))
+        if not fired:
+            break
+        mismatches.append(f"step {steps}: the model fired timers {fired}; the RTL has no timer events yet")
+    for side in (a, b):
+        await side.write("QPC_CMD", CtrlOp.FLUSH)
+        while await side.reg("QPC_CMD_STATUS") & 1:
+            await ClockCycles(dut.clk, 20)
+    for name, side in sides.items():
+        differs = memory_differs(side.ram, nodes[name].mem)
+        if differs:
+            mismatches.append(f"engine {name}: {differs}")
+        regs = {n: await side.reg(n) for n, _ in RX_COUNTERS}
+        diff = {n: (regs[n], nodes[name].engine.regs[n]) for n in regs if regs[n] != nodes[name].engine.regs[n]}
+        if diff:
+            mismatches.append(f"engine {name}: receive counters (RTL, model) {diff}")
+    problems = lb.check({"a": RamView(a.ram), "b": RamView(b.ram)})
+    return {"mismatches": mismatches, "problems": problems, "steps": steps}
