@@ -190,7 +190,8 @@ async def test_lossy_link(dut):
 async def test_reliable(dut):
     """RC both ways, every operation, on one or two QP pairs, with the requester in the RTL
     (:func:`rnic.sim.pair_rc.run_lockstep`): completion at acknowledgement, READ responses and atomic
-    results placed, the window and ``max_rd_atomic`` holds. The RTL matches the model frame for frame at
+    results placed, the window and ``max_rd_atomic`` holds; then over links that lose, repeat, hold back
+    and corrupt frames: go-back-N, implied NAKs, partial retransmission, timeouts (REQ_TIMER). The RTL matches the model frame for frame at
     every step, and memory and counters at the end; the scoreboard judges the RTL's memory."""
     from rnic.sim.pair_rc import run_lockstep
     seed = seed_from_env(1)
@@ -198,13 +199,16 @@ async def test_reliable(dut):
     dut._log.info("seed %d (rerun with RNIC_SEED=%d)", seed, seed)
     sim_tb.start_clock(dut)
     a, b = Side(dut, "a", rng), Side(dut, "b", rng)
-    for mode in rng.sample(list(LinkMode), 3):
+    for k, mode in enumerate(rng.sample(list(LinkMode), 4)):
         mtu = rng.choice([256, 1024])
+        loss = 0 if k == 0 else rng.choice([0.02, 0.05, 0.1])
+        # as tests/model/test_requester.py: no corruption at 10 % loss, where RC's retries run out now and then
+        knobs = LinkKnobs(loss=loss, dup=loss, corrupt=0 if loss > 0.05 else loss, reorder=rng.choice([0, 3]) if loss else 0)
         lb = Loopback(random_messages(rng, rng.randint(6, 14), mtu), random_messages(rng, rng.randint(0, 8), mtu),
-                      service=ServiceType.RC, mode=mode, mtu=mtu, seed=rng.randrange(1 << 30),
+                      service=ServiceType.RC, mode=mode, mtu=mtu, ab=knobs, ba=knobs, seed=rng.randrange(1 << 30),
                       qps=rng.randint(1, 2))
         r = await run_lockstep(dut, rng, a, b, lb)
-        where = f"{mode.slug} RC, {lb.qps} QP pair(s), MTU {mtu}"
+        where = f"{mode.slug} RC, {lb.qps} QP pair(s), MTU {mtu}, loss {loss}"
         assert not r["mismatches"], f"{where}: RTL and model differ: {r['mismatches']}"
         assert not r["problems"], f"{where}: scoreboard on the RTL's memory: {r['problems']}"
         dut._log.info("%s: %d steps, frames %d / %d, requester %s", where, r["steps"], len(a.sent), len(b.sent),

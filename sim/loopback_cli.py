@@ -2,9 +2,10 @@
 two model engines over a lossy link (:mod:`rnic.sim.loopback`), a report per node and the end-to-end
 verdict, the frames each node sent as ``DIR/a-to-b-<mode>.pcap`` and ``DIR/b-to-a-<mode>.pcap``. Exit
 status 2 when the scoreboard finds a message lost, repeated, out of order or wrong on RC, or wrong on UC /
-UD. The golden model runs alone; with ``--rtl``, UC and UD scenarios also run on two RTL engines
-(:mod:`rnic.sim.pair_tb`) and every frame, memory byte and receive counter is compared with the model's
-(RC needs the RTL's requester, not built yet).
+UD. The golden model runs alone; with ``--rtl``, the scenario also runs on two RTL engines
+(:mod:`rnic.sim.pair_tb`; RC in lockstep with the model, :mod:`rnic.sim.pair_rc`) and every frame, memory
+byte and receive counter is compared with the model's. The requester counts printed are the model's (the
+RTL's frames equal its).
 
 The scenario file (TOML or JSON)::
 
@@ -163,9 +164,6 @@ def run_loopback(scenario, out: Path, *, seed: int | None = None, knobs: dict | 
     if not rtl:
         lb.run()
         return report(lb, summary(lb), out)
-    if lb.service == ServiceType.RC:
-        raise ValueError("--rtl runs UC and UD: RC needs the RTL's requester (docs/reliability.md); "
-                         "leave out --rtl to run RC on the model")
     if lb.rnr:
         raise ValueError("--rtl posts the receive WQEs up front: leave rnr out of the scenario")
     from ..model.config import RnicConfig

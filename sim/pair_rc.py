@@ -7,8 +7,9 @@ order of events. :func:`run_lockstep` fixes it: each step runs both nodes until 
 responses and its requests, in order) with the model's, byte for byte, and puts the model's frames on its
 links (:class:`~rnic.sim.link.Link`, the loopback's knobs and seed). Then the links deliver **one** frame
 to its node, model and RTL alike, and the next step begins. When nothing moves, the links release what
-they held back. A run whose model would then need a timer (an RNR wait's end, a local ACK timeout) stops
-there with a mismatch: the RTL's timers are not joined yet.
+they held back; when still nothing moves, each QP's RNR wait ends, else its local ACK timer expires: a
+``REQ_TIMER`` write on both (the model's register action calls its requester), each followed by a step.
+The run ends when a round of timers changes nothing.
 
 At the end both engines flush their QP context caches, and both memories (contexts, requester records,
 rings, CQs and data), the receive counters, and the end-to-end scoreboard on the RTL's memory are checked.
@@ -21,7 +22,7 @@ import random
 from cocotb.triggers import ClockCycles
 
 from ..model.qpc import CtrlOp
-from ..model.regs import RX_COUNTERS
+from ..model.regs import REG, RX_COUNTERS
 from . import tb as sim_tb
 from .loopback import Loopback
 from .pair_tb import RamView, Side
@@ -50,6 +51,16 @@ async def _settle(dut, side: Side) -> int:
         if waited > STALL:
             raise TimeoutError(f"engine {side.name} not idle after {STALL} clocks")
     return waited
+
+
+async def _kick(side: Side, node, qpn: int, rnr: int) -> None:
+    """REQ_TIMER for ``qpn`` on the model node and on the RTL engine."""
+    for regs in (node.engine, None):
+        for name, value in (("DB_QPN", qpn), ("REQ_TIMER", rnr)):
+            if regs is not None:
+                regs.write_reg(REG[name].offset, value)
+            else:
+                await side.write(name, value)
 
 
 def _take(side: Side) -> list[bytes]:
@@ -133,14 +144,22 @@ async def run_lockstep(dut, rng: random.Random, a: Side, b: Side, lb: Loopback, 
             quiet = 0
             continue
         quiet += 1
-        fired = []
+        fired = False
         for name, node in nodes.items():
             for qpn in lb.qpns[name]:
-                if node.req.rnr_expired(qpn) or node.req.timeout(qpn):
-                    fired.append((name, qpn))
+                for rnr in (1, 0):                  # the model's Loopback: rnr_expired(qpn) or timeout(qpn)
+                    before = (node.engine._qpc_peek(qpn).req_wait, node.req.counts["timeouts"])
+                    await _kick(sides[name], node, qpn, rnr)
+                    moved = await run_nodes()
+                    hit = before[0] if rnr else node.req.counts["timeouts"] != before[1]
+                    fired |= bool(hit)
+                    if hit or mismatches:
+                        break
+                if mismatches:
+                    break
         if not fired:
             break
-        mismatches.append(f"step {steps}: the model fired timers {fired}; the RTL has no timer events yet")
+        quiet = 0
     for side in (a, b):
         await side.write("QPC_CMD", CtrlOp.FLUSH)
         while await side.reg("QPC_CMD_STATUS") & 1:

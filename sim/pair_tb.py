@@ -6,7 +6,8 @@
 carries each direction through a :class:`~rnic.sim.link.Link` with the model's seed (each frame meets the
 fate it meets in the model), waits until both engines and links are quiet, and compares: every frame each
 engine sent, both memories, the receive counters, and the end-to-end scoreboard on the RTL's memory.
-UC and UD only: RC needs the RTL's requester (docs/reliability.md).
+UC and UD only: RC's frames depend on when responses arrive, and :mod:`rnic.sim.pair_rc` runs it in
+lockstep with the model instead.
 """
 
 from __future__ import annotations

@@ -59,14 +59,16 @@ def test_bad_knob(tmp_path, capsys):
     assert "loss is a probability" in capsys.readouterr().err
 
 
-def test_rtl_refuses_rc(tmp_path, capsys):
-    assert main(["loopback", str(EXAMPLE), "--out", str(tmp_path), "--rtl"]) == 1
-    assert "RC needs the RTL's requester" in capsys.readouterr().err
+def test_rtl_refuses_late_receives(tmp_path, capsys):
+    late = tmp_path / "late.toml"
+    late.write_text(EXAMPLE.read_text().replace("qps = 2", "qps = 2\nrnr = 2"))
+    assert main(["loopback", str(late), "--out", str(tmp_path), "--rtl"]) == 1
+    assert "leave rnr out of the scenario" in capsys.readouterr().err
 
 
 @pytest.mark.slow
 def test_rtl_uc_beside_the_model(tmp_path, capsys):
-    """UC both ways on two RTL engines over a lossy link (the pair's build takes about 13 minutes)."""
+    """UC both ways on two RTL engines over a lossy link (the pair's build takes about six minutes)."""
     uc = EXAMPLE.parent / "uc.toml"
     assert main(["loopback", str(uc), "--out", str(tmp_path), "--loss", "0.05", "--dup", "0.05", "--rtl"]) == 0
     out = capsys.readouterr().out
