@@ -47,6 +47,9 @@ _CONFIG = {
     "max_burst": lambda r: r["AXI_MAX_BURST"],
     "bw_cap": lambda r: r["AXI_BW_CAP"],
     "port_lid": lambda r: r["PORT_LID"],
+    "reliable": lambda r: r["CONTROL"] >> 1 & 1,
+    "req_base": lambda r: r.u64("REQ_BASE_LO"),
+    "timer_tick": lambda r: r["TIMER_TICK"],
 }
 
 

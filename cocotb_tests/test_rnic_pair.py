@@ -191,7 +191,8 @@ async def test_reliable(dut):
     """RC both ways, every operation, on one or two QP pairs, with the requester in the RTL
     (:func:`rnic.sim.pair_rc.run_lockstep`): completion at acknowledgement, READ responses and atomic
     results placed, the window and ``max_rd_atomic`` holds; then over links that lose, repeat, hold back
-    and corrupt frames: go-back-N, implied NAKs, partial retransmission, timeouts (REQ_TIMER). The RTL matches the model frame for frame at
+    and corrupt frames: go-back-N, implied NAKs, partial retransmission, timeouts (REQ_TIMER); then over a
+    cut link, where the retries run out and the QPs end. The RTL matches the model frame for frame at
     every step, and memory and counters at the end; the scoreboard judges the RTL's memory."""
     from rnic.sim.pair_rc import run_lockstep
     seed = seed_from_env(1)
@@ -213,6 +214,41 @@ async def test_reliable(dut):
         assert not r["problems"], f"{where}: scoreboard on the RTL's memory: {r['problems']}"
         dut._log.info("%s: %d steps, frames %d / %d, requester %s", where, r["steps"], len(a.sent), len(b.sent),
                       lb.summary()["requester"])
+    # the link cut both ways: timeouts use up the retries, RETRY_EXC_ERR, every later WQE flushed, the QPs
+    # (and their receive queues) in ERROR, on the RTL as in the model
+    cut = LinkKnobs(loss=1.0)
+    mtu = rng.choice([256, 1024])
+    lb = Loopback(random_messages(rng, 5, mtu), random_messages(rng, 3, mtu), service=ServiceType.RC,
+                  mode=rng.choice(list(LinkMode)), mtu=mtu, ab=cut, ba=cut, seed=rng.randrange(1 << 30),
+                  retry=(rng.randint(0, 2), 7))
+    r = await run_lockstep(dut, rng, a, b, lb)
+    assert not r["mismatches"], f"cut link: RTL and model differ: {r['mismatches']}"
+    assert any("RETRY_EXC_ERR" in p for p in r["problems"]), f"cut link: no RETRY_EXC_ERR: {r['problems']}"
+    dut._log.info("cut link: %d steps, requester %s", r["steps"], lb.summary()["requester"])
+
+
+@cocotb.test()
+async def test_reliable_free(dut):
+    """RC both ways with the engines alone (:func:`rnic.sim.pair_rc.run_free`): the link carries frames as
+    they come, loses and repeats some, and the hardware timers (TIMER_TICK) retransmit; the end-to-end
+    scoreboard judges the RTL's memory."""
+    from rnic.sim.pair_rc import run_free
+    seed = seed_from_env(1)
+    rng = random.Random(seed)
+    dut._log.info("seed %d (rerun with RNIC_SEED=%d)", seed, seed)
+    sim_tb.start_clock(dut)
+    a, b = Side(dut, "a", rng), Side(dut, "b", rng)
+    for loss in (0.0, rng.choice([0.02, 0.05])):
+        mtu = rng.choice([256, 1024])
+        knobs = LinkKnobs(loss=loss, dup=loss, corrupt=loss, reorder=rng.choice([0, 3]) if loss else 0)
+        lb = Loopback(random_messages(rng, rng.randint(6, 14), mtu), random_messages(rng, rng.randint(0, 8), mtu),
+                      service=ServiceType.RC, mode=rng.choice(list(LinkMode)), mtu=mtu, ab=knobs, ba=knobs,
+                      seed=rng.randrange(1 << 30), qps=rng.randint(1, 2), rnr=1 << 30)
+        r = await run_free(dut, rng, a, b, lb)
+        where = f"{lb.mode.slug} RC, {lb.qps} QP pair(s), MTU {mtu}, loss {loss}"
+        assert not r["problems"], f"{where}: scoreboard on the RTL's memory: {r['problems']}"
+        dut._log.info("%s: %d clocks, frames %d / %d, links %s", where, r["clocks"], len(r["sent"]["a"]),
+                      len(r["sent"]["b"]), r["links"])
 
 
 # --- pytest side -------------------------------------------------------------------------------------

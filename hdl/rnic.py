@@ -153,11 +153,11 @@ class Rnic(wiring.Component):
             path.gids.eq(regs.sgid_all), path.gid_valid.eq(regs.port_gids),
             path.qpc_base.eq(regs.qpc_base), path.qpc_size.eq(regs.qpc_size), path.mr_base.eq(regs.mr_base),
             path.mr_size.eq(regs.mr_size), path.res_base.eq(regs.res_base),
-            path.reliable.eq(regs.reliable), path.req_base.eq(regs.req_base),
+            path.reliable.eq(regs.reliable), path.req_base.eq(regs.req_base), path.timer_tick.eq(regs.timer_tick),
             regs.rx_sgid_index.eq(path.sgid_index), path.sgid_gid.eq(regs.rx_sgid_gid),
             path.sgid_mac.eq(regs.rx_sgid_mac), path.sgid_vlan_id.eq(regs.rx_sgid_vlan_id),
             path.sgid_vlan_present.eq(regs.rx_sgid_vlan_present),
-            regs.rx_counters.eq(Cat(path.received, path.stateless, path.drops, path.counts)),
+            regs.rx_counters.eq(Cat(path.received, path.stateless, path.drops, path.counts, path.req_counts)),
         ]
         for name, _ in regs.inc.shape():
             m.d.comb += getattr(regs.inc, name).eq(sum(getattr(src, name) for src in (eng.inc, path.inc)
@@ -167,6 +167,7 @@ class Rnic(wiring.Component):
         wiring.connect(m, regs.cq_doorbell, eng.cq_doorbell)
         wiring.connect(m, regs.rq_doorbell, path.rq_doorbell)
         wiring.connect(m, path.upd, eng.upd)            # the requester's results, applied between turns
+        wiring.connect(m, eng.timer, path.eng_timer)    # local ACK timers armed as packets are issued
 
         # one completion writer for the engine's and the responder's CQEs
         wiring.connect(m, eng.cq, share.c0)

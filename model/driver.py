@@ -38,13 +38,15 @@ class Driver:
     def create_qp(self, qpn: int, ctx: QpContext, rx: RecvContext | None = None, *, timeout: int = 0) -> QpContext:
         """Write QP ``qpn``'s whole record: ``ctx`` (bytes 0..79) and the receive half ``rx`` (80..127);
         nothing is unacknowledged (``una_psn`` = ``next_psn``). With a requester table (``req_base``), also
-        the QP's requester record, with the local ACK ``timeout`` exponent."""
+        the QP's requester record; ``timeout``, if not 0, sets the local ACK timeout (``ack_timeout``)."""
         ctx.qpn = qpn
+        if timeout:
+            ctx.ack_timeout = timeout
         ctx.una_psn = ctx.next_psn
         rx = RecvContext() if rx is None else rx
         self.mem.poke(self._qpc(qpn), ctx.pack()[:RECV_QPC_OFFSET] + rx.pack())
         if getattr(self.settings, "req_base", 0):
-            req = ReqContext(sq_acked=ctx.sq_ci, wqe_psn=ctx.next_psn, high_psn=ctx.next_psn, timeout=timeout)
+            req = ReqContext(sq_acked=ctx.sq_ci, wqe_psn=ctx.next_psn, high_psn=ctx.next_psn)
             self.mem.poke((self.settings.req_base & ~0x1F) + qpn * REQ_BYTES, req.pack())
         self.qps[qpn], self.rxs[qpn] = ctx, rx
         self.sq_pi[qpn], self.rq_pi[qpn] = ctx.sq_pi, rx.rq_pi

@@ -358,6 +358,8 @@ class EngineModel:
             self.requester.rnr_expired(qpn)
         else:
             self.requester.timeout(qpn)
+        if self.responder is not None:
+            self.responder.publish()
 
     def _count(self, name: str, n: int = 1) -> None:
         self.regs[name.upper()] = self.regs[name.upper()] + n
@@ -741,6 +743,8 @@ class EngineModel:
             deth_qkey=(ctx.qkey if wqe.qkey >> 31 else wqe.qkey) if ud else 0, deth_src_qp=entry.qpn if ud else 0,
         )
         self.packets.append(TxPacket(entry.qpn, normalize_desc(desc), bytes(payload)))
+        if self.requester is not None and self._reliable(ctx):
+            self.requester.sent(entry.qpn, ctx, ctx.next_psn)
         self._count("pkt_count")
         self._count("byte_count", len(payload))
         ctx.next_psn = (ctx.next_psn + psns) & PSN_MASK

@@ -152,6 +152,7 @@ QPC_FIELDS: tuple[tuple[str, int, int], ...] = (
     ("hop_limit", 328, 8),       # IPv4 TTL, IPv6 / GRH hop limit
     ("udp_sport", 336, 16),      # RoCEv2 UDP source port
     ("flow_label", 352, 20),     # IPv6 / GRH flow label
+    ("ack_timeout", 376, 5),     # RC with a requester: local ACK timeout 4.096 us x 2^ack_timeout, 0 = no timer
     ("dst_mac", 384, 48),
     ("sq_base", 448, 64),        # send-queue base address (bus address)
     ("dst_gid", 512, 128),       # destination GID / IPv6 address / IPv4-mapped ::ffff:a.b.c.d
@@ -220,6 +221,7 @@ class QpContext(FieldRecord):
     hop_limit: int = 64
     udp_sport: int = 0xC000
     flow_label: int = 0
+    ack_timeout: int = 0
     dst_mac: int = 0
     sq_base: int = 0
     dst_gid: int = 0

@@ -83,9 +83,9 @@ QPC_COUNTERS = tuple((name, _QPC_COUNTER_TEXT[name]) for name in QPC_COUNTER_NAM
 QPC_COUNTER_BASE = 0x140
 
 #: The receive path's counters, read-only at 0x180..: frames accepted, one per stateless drop reason
-#: (``rnic.model.receive.DropReason``), one per responder drop (``rnic.model.responder.RxDrop``) and
-#: the responder's event counts (``rnic.model.responder.COUNT_NAMES``), in that order; the model's
-#: modules check that these names follow their enums.
+#: (``rnic.model.receive.DropReason``), one per responder drop (``rnic.model.responder.RxDrop``),
+#: the responder's event counts (``rnic.model.responder.COUNT_NAMES``), and the requester's, in that
+#: order; the model's modules check that these names follow their enums.
 RX_COUNTER_BASE = 0x180
 RX_STATELESS = ("bad_fcs", "truncated", "not_roce", "bad_length", "bad_ip_checksum", "bad_tver", "bad_icrc",
                 "bad_vcrc", "unknown_opcode", "not_ours", "cnp")
@@ -93,10 +93,18 @@ RX_DROPS = ("response", "bad_qpn", "qpc_bus_error", "qp_state", "bad_context", "
             "out_of_seq", "dup_unknown", "no_rq_wqe", "invalid")
 RX_COUNTS = ("executed", "duplicates", "acks", "naks", "rnr_naks", "read_responses", "atomics", "recv_cqes",
              "bus_errors")
+#: Then the requester's (CONTROL.RELIABLE): its event counts (``rnic.model.requester.REQ_COUNTS``) and one
+#: per response it ignored (``rnic.model.requester.RespDrop``).
+RX_REQ_COUNTS = ("acks", "read_responses", "atomic_acks", "naks_seq", "naks_inv", "naks_access", "naks_op",
+                 "rnr_naks", "implied_naks", "retransmits", "timeouts", "rnr_retries", "completions")
+RX_REQ_DROPS = ("qp_state", "not_rc", "stale", "ghost", "ahead", "retrying")
 RX_COUNTERS = (("RX_ACCEPTED", "frames the front end handed to the responder (every stateless check passed)"),
                *((f"RX_{n.upper()}", f"frames dropped by the front end: {n.upper()} (DropReason)") for n in RX_STATELESS),
                *((f"RESP_DROP_{n.upper()}", f"frames the responder dropped: {n.upper()} (RxDrop)") for n in RX_DROPS),
-               *((f"RESP_{n.upper()}", f"responder events: {n}") for n in RX_COUNTS))
+               *((f"RESP_{n.upper()}", f"responder events: {n}") for n in RX_COUNTS),
+               *((f"REQ_{n.upper()}", f"requester events: {n}") for n in RX_REQ_COUNTS),
+               *((f"REQ_DROP_{n.upper()}", f"responses the requester ignored: {n.upper()} (RespDrop)")
+                 for n in RX_REQ_DROPS))
 
 
 @dataclass(frozen=True)
@@ -192,6 +200,8 @@ def _regs():
             "1 the end of its RNR wait (CONTROL.RELIABLE; ignored otherwise)"),
         Reg("REQ_BASE_LO", 0x0C0, 32, rw, 0, "requester records base [31:0] (32 bytes per QP, 32-byte aligned)"),
         Reg("REQ_BASE_HI", 0x0C4, 32, rw, 0, "requester records base [63:32]"),
+        Reg("TIMER_TICK", 0x0C8, 16, rw, 0, "clocks per requester timer tick (about 1.024 us: the 4.096 us "
+            "local ACK timeout unit is 4 ticks); 0 stops the timers (REQ_TIMER still fires one)"),
     ]
     for i, (name, text) in enumerate(_COUNTERS):
         out.append(Reg(name.upper(), 0x100 + 4 * i, 32, ro, 0, f"counter (wraps): {text}"))

@@ -28,8 +28,7 @@ REQ_TABLE: tuple[tuple[str, int, int, str], ...] = (
     ("rnr_code", 40, 5, "RNR timer code of the RNR NAK being waited out"),
     ("high_psn", 48, 24, "the PSN after the last one sent before the latest go-back (or `una_psn` if later): "
      "responses up to it still count"),
-    # --- bytes 12..31: software-owned (written when the QP is created) ---
-    ("timeout", 96, 5, "local ACK timeout: 4.096 µs × 2^timeout, 0 = no timer"),
+    # --- bytes 12..31: reserved (the local ACK timeout is the QP context's `ack_timeout`) ---
 )
 
 REQ_FIELDS = tuple((name, off, width) for name, off, width, _ in REQ_TABLE)
@@ -47,7 +46,6 @@ class ReqContext(FieldRecord):
     wqe_psn: int = 0
     rnr_code: int = 0
     high_psn: int = 0
-    timeout: int = 0
 
 
 def markdown_table() -> str:

@@ -23,14 +23,16 @@ harness calls :meth:`Requester.timeout` when a QP's local ACK timer would expire
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 
 from .engine import ATOMIC_OPS, PSN_MASK, REQUEST_OPS, sq_slot
 from .opcodes import Position, opcode_info
 from .qpc import BusError, PathMtu, QpContext, QpState, ServiceType
 from .responder import psn_delta
-from .regs import ErrBit
+from .regs import RX_REQ_COUNTS, RX_REQ_DROPS, ErrBit
 from .req_records import REQ_BYTES, MUTABLE_BYTES, ReqContext
+from .timers import TimerKind, TimerTable, ack_timeout_ticks, rnr_ticks
 from .wqe import WQE_BYTES, Cqe, CqeStatus, Wqe, WqeFlags, WqeOpcode
 
 __all__ = ["RespDrop", "RespKind", "Step", "REQ_COUNTS", "Requester", "psn_span", "sent_end", "classify", "walk_step"]
@@ -50,6 +52,9 @@ class RespDrop(enum.IntEnum):
     GHOST = 3           # PSN at or past the next PSN to send: answers nothing sent
     AHEAD = 4           # a READ response / atomic ACK past the one expected: a retry from una_psn started
     RETRYING = 5        # a sequence NAK while the retry it asks for is already under way
+
+
+assert RX_REQ_COUNTS == REQ_COUNTS and RX_REQ_DROPS == tuple(r.name.lower() for r in RespDrop)
 
 
 def psn_span(opcode: int, length: int, mtu: int) -> int:
@@ -131,6 +136,8 @@ class Requester:
         engine.requester = self
         self.counts = {n: 0 for n in REQ_COUNTS}
         self.drops = {r: 0 for r in RespDrop}
+        self.timers = TimerTable()      # armed as the RTL arms its table; untimed here (now = 0)
+        self.timer_log: list[tuple[int, bool, TimerKind, int]] = []    # (qpn, arm, kind, delay), in order
 
     # --- records --------------------------------------------------------------------------------------
 
@@ -168,6 +175,13 @@ class Requester:
 
     def response(self, qpn: int, ctx: QpContext, desc, payload: bytes) -> RespDrop | None:
         """One response of QP ``qpn`` (its context as read): None if it was used, else why not."""
+        before = dataclasses.replace(ctx)
+        try:
+            return self._response(qpn, ctx, desc, payload)
+        finally:
+            self._timer_after(qpn, before, ctx)
+
+    def _response(self, qpn: int, ctx: QpContext, desc, payload: bytes) -> RespDrop | None:
         req = self.read_req(qpn)
         psn = desc.psn
         kind = classify(ctx.state, ctx.service, ctx.una_psn, ctx.next_psn, req.high_psn, desc.opcode, psn,
@@ -371,13 +385,47 @@ class Requester:
 
     # --- timers -------------------------------------------------------------------------------------------
 
+    def _arm(self, qpn: int, kind: TimerKind, delay: int) -> None:
+        self.timers.arm(qpn, kind, delay, 0)
+        self.timer_log.append((qpn, True, kind, delay))
+
+    def _disarm(self, qpn: int) -> None:
+        self.timers.disarm(qpn)
+        self.timer_log.append((qpn, False, TimerKind.ACK, 0))
+
+    def sent(self, qpn: int, ctx: QpContext, psn: int) -> None:
+        """The engine sends PSN ``psn`` of RC QP ``qpn`` under CONTROL.RELIABLE: the first unacknowledged one
+        (nothing was outstanding, or a retransmission starts) arms the local ACK timer."""
+        if psn == ctx.una_psn and ctx.ack_timeout:
+            self._arm(qpn, TimerKind.ACK, ack_timeout_ticks(ctx.ack_timeout))
+
+    def _timer_after(self, qpn: int, before: QpContext, ctx: QpContext) -> None:
+        """The timer command at the end of a job of an RC QP in RTS (``before``: its context as the job met
+        it; ``ctx``: as the job left it): the QP ended, disarm; an RNR wait began, its RNR timer; else
+        progress (``una_psn`` moved) restarts the local ACK timer if PSNs are still outstanding, or
+        disarms it. A retransmission arms it as it is sent (:meth:`sent`)."""
+        if before.service != ServiceType.RC or before.state != QpState.RTS:
+            return
+        if ctx.state == QpState.ERROR:
+            self._disarm(qpn)
+        elif ctx.req_wait:
+            if not before.req_wait:
+                self._arm(qpn, TimerKind.RNR, rnr_ticks(self.read_req(qpn).rnr_code))
+        elif ctx.una_psn != before.una_psn:
+            if self._outstanding(ctx, self.read_req(qpn)) and ctx.ack_timeout:
+                self._arm(qpn, TimerKind.ACK, ack_timeout_ticks(ctx.ack_timeout))
+            else:
+                self._disarm(qpn)
+
     def timeout(self, qpn: int) -> bool:
         """QP ``qpn``'s local ACK timer expired: retransmit from ``una_psn`` (or end the QP with
         RETRY_EXC_ERR when its retries are used up). False if nothing was outstanding or the QP has no
-        timer (``timeout`` 0)."""
+        timer (``ack_timeout`` 0)."""
+        self.timers.disarm(qpn)                 # the table clears an entry as it fires
         ctx, req = self.engine._qpc_peek(qpn), self.read_req(qpn)
-        if not self._outstanding(ctx, req) or ctx.req_wait or not req.timeout:
+        if not self._outstanding(ctx, req) or ctx.req_wait or not ctx.ack_timeout:
             return False
+        before = dataclasses.replace(ctx)
         self.counts["timeouts"] += 1
         try:
             if ctx.retry_cnt == 0:
@@ -387,10 +435,12 @@ class Requester:
             self._rewind(qpn, ctx, req)
         except _Fatal as fatal:
             self._fail(qpn, ctx, req, fatal.status)
+        self._timer_after(qpn, before, ctx)
         return True
 
     def rnr_expired(self, qpn: int) -> bool:
         """QP ``qpn``'s RNR wait is over: it sends again from the NAKed PSN. False if it was not waiting."""
+        self.timers.disarm(qpn)
         ctx = self.engine._qpc_peek(qpn)
         if not ctx.req_wait:
             return False

@@ -241,6 +241,12 @@ class Responder:
             regs[f"RESP_DROP_{r.name}"] = self.drops[r]
         for n in COUNT_NAMES:
             regs[f"RESP_{n.upper()}"] = self.counts[n]
+        req = self.engine.requester
+        if req is not None:
+            for n, v in req.counts.items():
+                regs[f"REQ_{n.upper()}"] = v
+            for r, v in req.drops.items():
+                regs[f"REQ_DROP_{r.name}"] = v
 
     def flush_rq(self, qpn: int) -> None:
         """Complete every posted receive WQE of ``qpn`` (a QP in ERROR) with WR_FLUSH_ERR."""

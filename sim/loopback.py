@@ -19,6 +19,7 @@ from ..model.descriptor import LinkMode
 from ..model.frames import parse_frame
 from ..model.qpc import QpState, ServiceType
 from ..model.responder import psn_delta
+from ..model.timers import TimerKind
 from ..model.wqe import CQ_RECORD_BYTES, CQE_BYTES, Cqe, CqContext, CqeStatus, Wqe, WqeFlags, WqeOpcode
 from ..model.recv_records import CQE_FLAG_IMM, MemoryRegion, RecvOpcode, RecvWqe, Sge
 from ..model.responder_exec import GRH_BYTES
@@ -237,6 +238,16 @@ class Loopback:
                 assert ctx.rd_pending == node.req.rd_pending(qpn, ctx), \
                     f"QP {qpn}: rd_pending {ctx.rd_pending}, the send queue says {node.req.rd_pending(qpn, ctx)}"
                 assert psn_delta(ctx.una_psn, req.wqe_psn) >= 0, f"QP {qpn}: una_psn behind wqe_psn"
+                # the timers: an RNR wait has its RNR timer, PSNs outstanding the local ACK timer, else none
+                timer = node.req.timers.timers.get(qpn)
+                kind = timer[0] if timer else None
+                if ctx.req_wait:
+                    want = TimerKind.RNR
+                elif node.req._outstanding(ctx, req) and ctx.ack_timeout:
+                    want = TimerKind.ACK
+                else:
+                    want = None
+                assert kind == want, f"QP {qpn}: timer {kind}, expected {want}"
 
     # --- the end-to-end scoreboard -------------------------------------------------------------------
 

@@ -4,8 +4,8 @@ verdict, the frames each node sent as ``DIR/a-to-b-<mode>.pcap`` and ``DIR/b-to-
 status 2 when the scoreboard finds a message lost, repeated, out of order or wrong on RC, or wrong on UC /
 UD. The golden model runs alone; with ``--rtl``, the scenario also runs on two RTL engines
 (:mod:`rnic.sim.pair_tb`; RC in lockstep with the model, :mod:`rnic.sim.pair_rc`) and every frame, memory
-byte and receive counter is compared with the model's. The requester counts printed are the model's (the
-RTL's frames equal its).
+byte and receive counter (the requester's ``REQ_*`` too) is compared with the model's; the counts printed
+are the RTL's.
 
 The scenario file (TOML or JSON)::
 
@@ -103,17 +103,20 @@ def load(path: str | Path, *, seed: int | None = None, knobs: dict | None = None
                     qps=int(data.get("qps", 1)))
 
 
-def summary(lb: Loopback, mems: dict | None = None, sent: dict | None = None, links: dict | None = None) -> dict:
+def summary(lb: Loopback, mems: dict | None = None, sent: dict | None = None, links: dict | None = None,
+            counts: dict | None = None) -> dict:
     """What the report prints, as JSON-able data: per node its messages, CQEs by status (read from ``mems``,
-    default the model's memory) and requester counts, per link the frames sent (``sent``, default the
-    model's) and their fates (``links``), and the scoreboard's findings on ``mems``."""
+    default the model's memory) and requester counts (``counts``, default the model's), per link the frames
+    sent (``sent``, default the model's) and their fates (``links``), and the scoreboard's findings on
+    ``mems``."""
     mems = mems or {"a": lb.pair.a.mem, "b": lb.pair.b.mem}
     problems = lb.check(mems)
     nodes = {}
     for name, node, msgs, peer in (("a", lb.pair.a, lb.messages, "b-to-a"), ("b", lb.pair.b, lb.back, "a-to-b")):
         nodes[name] = {"posted": len(msgs), "signaled": sum(m.signaled for m in msgs),
                        "cqes": dict(collections.Counter(CqeStatus(c.status).name for c in cq_entries(mems[name], 0))),
-                       "requester": dict(node.req.counts), "delivered": list(lb.delivered.get(peer, (0, 0)))}
+                       "requester": dict(counts[name] if counts else node.req.counts),
+                       "delivered": list(lb.delivered.get(peer, (0, 0)))}
     sent = sent or {"a-to-b": [f.hex() for f in lb.captured["a-to-b"]], "b-to-a": [f.hex() for f in lb.captured["b-to-a"]]}
     links = links or {name: dict(link.counts) for name, link in lb.links.items()}
     return {"nodes": nodes, "sent": sent, "links": links, "problems": problems}

@@ -15,6 +15,7 @@ import cocotb
 from . import tb as sim_tb
 from .loopback_cli import load, summary
 from ..model.qpc import ServiceType
+from ..model.requester import REQ_COUNTS
 from .pair_rc import run_lockstep
 from .pair_tb import RamView, Side, run_loopback
 
@@ -34,6 +35,7 @@ async def loopback(dut):
         r = await run_loopback(dut, rng, a, b, lb)
     sent = {"a-to-b": [f.hex() for f in r["sent"].get("a", [])], "b-to-a": [f.hex() for f in r["sent"].get("b", [])]}
     links = {"a-to-b": r["links"].get("a", {}), "b-to-a": r["links"].get("b", {})} if r["links"] else None
-    s = summary(lb, {"a": RamView(a.ram), "b": RamView(b.ram)}, sent, links)
+    counts = {name: {n: await side.reg(f"REQ_{n.upper()}") for n in REQ_COUNTS} for name, side in (("a", a), ("b", b))}
+    s = summary(lb, {"a": RamView(a.ram), "b": RamView(b.ram)}, sent, links, counts)
     with open(job["out"], "w") as f:
         json.dump({"summary": s, "mismatches": r["mismatches"]}, f)

@@ -13,22 +13,27 @@ The run ends when a round of timers changes nothing.
 
 At the end both engines flush their QP context caches, and both memories (contexts, requester records,
 rings, CQs and data), the receive counters, and the end-to-end scoreboard on the RTL's memory are checked.
+
+:func:`run_free` runs the engines alone, the link carrying frames as they come and the hardware timers on
+(TIMER_TICK): the scoreboard alone judges.
 """
 
 from __future__ import annotations
 
 import random
 
+import cocotb
 from cocotb.triggers import ClockCycles
 
-from ..model.qpc import CtrlOp
+from ..model.qpc import CACHED_BYTES, RECORD_BYTES, CtrlOp, QpContext
 from ..model.regs import REG, RX_COUNTERS
 from . import tb as sim_tb
+from .link import Link
 from .loopback import Loopback
 from .pair_tb import RamView, Side
 from .responder_cases import memory_differs
 
-__all__ = ["run_lockstep"]
+__all__ = ["run_lockstep", "run_free"]
 
 QUIET = 100                  # clocks after a frame went in before the engine's idle bit is trusted
 STALL = 200_000
@@ -174,3 +179,70 @@ async def run_lockstep(dut, rng: random.Random, a: Side, b: Side, lb: Loopback, 
             mismatches.append(f"engine {name}: receive counters (RTL, model) {diff}")
     problems = lb.check({"a": RamView(a.ram), "b": RamView(b.ram)})
     return {"mismatches": mismatches, "problems": problems, "steps": steps}
+
+
+async def run_free(dut, rng: random.Random, a: Side, b: Side, lb: Loopback, *, tick: int = 16,
+                   ack_timeout: int = 8, quiet: int = 40_000, limit: int = 20_000_000) -> dict:
+    """Run ``lb`` on the two engines alone, the link carrying frames as they come (each frame's fate drawn
+    from the loopback's seed) and the hardware timers on (TIMER_TICK ``tick`` clocks, every QP's local ACK
+    timeout ``ack_timeout``): no model, no software timers. Ends when both engines are idle and the links
+    empty for ``quiet`` clocks; returns ``{"problems": [...], "clocks": n, "sent": {...}, "links": {...}}``
+    with the scoreboard's findings on the RTL's memory (or a stall after ``limit`` clocks)."""
+    from .pair_tb import _carry
+    nodes = {"a": lb.pair.a, "b": lb.pair.b}
+    sides = {"a": a, "b": b}
+    doorbells = lb.post_recvs(doorbell=False)
+    for name, node in nodes.items():
+        for qpn in lb.qpns[name]:
+            addr = node.driver._qpc(qpn)
+            ctx = QpContext.unpack(node.mem.peek(addr, RECORD_BYTES))
+            ctx.ack_timeout = ack_timeout
+            node.mem.poke(addr, ctx.pack()[:CACHED_BYTES])
+    for side, node in ((a, nodes["a"]), (b, nodes["b"])):
+        side.ram.load(node.mem, latency=rng.choice([(0, 0), (0, 30)]), pause=rng.choice([0, 0.1]))
+        sim_tb.set_pause(side.sink, rng.choice([0, 0.2]), rng)
+        side.sent.clear()
+    await sim_tb.reset(dut, 4, low=("a__s_axis__tvalid", "b__s_axis__tvalid"), after=2)
+    for side, node in ((a, nodes["a"]), (b, nodes["b"])):
+        for offset, value in node.resp.settings.writes([e.gid for e in node.settings.sgids]) + node.settings.writes():
+            await side.axil.write_dword(offset, value)
+        await side.write("TIMER_TICK", tick)
+    state = {"flush": False}
+    links = {"a": Link(lb.links["a-to-b"].knobs, lb.links["a-to-b"].seed, lb.flow_of),
+             "b": Link(lb.links["b-to-a"].knobs, lb.links["b-to-a"].seed, lb.flow_of)}
+    tasks = [cocotb.start_soon(_carry(dut.clk, a, b, links["a"], state)),
+             cocotb.start_soon(_carry(dut.clk, b, a, links["b"], state))]
+    for name, qpn, pi in doorbells:
+        await sides[name].write("DB_QPN", qpn)
+        await sides[name].write("DB_RQ_PI", pi)
+    for flow in lb.flows:
+        if flow.indices:
+            name = "a" if flow.src is lb.pair.a else "b"
+            flow.src.driver.ring(flow.sq)
+            await sides[name].write("DB_QPN", flow.sq)
+            await sides[name].write("DB_SQ_PI", flow.src.driver.sq_pi[flow.sq])
+    clocks = still = 0
+    last = None
+    problems = []
+    while True:
+        await ClockCycles(dut.clk, 500)
+        clocks += 500
+        now = (len(a.sent), len(b.sent))
+        idle = await a.reg("STATUS") & 1 and await b.reg("STATUS") & 1 and not any(l.busy for l in links.values())
+        still = still + 500 if idle and now == last else 0
+        state["flush"] = now == last
+        last = now
+        if still >= quiet:
+            break
+        if clocks >= limit:
+            problems.append(f"not finished after {limit} clocks: frames sent {now}")
+            break
+    for t in tasks:
+        t.cancel()
+    for side in (a, b):
+        await side.write("QPC_CMD", CtrlOp.FLUSH)
+        while await side.reg("QPC_CMD_STATUS") & 1:
+            await ClockCycles(dut.clk, 20)
+    problems += lb.check({"a": RamView(a.ram), "b": RamView(b.ram)})
+    return {"problems": problems, "clocks": clocks, "sent": {"a": list(a.sent), "b": list(b.sent)},
+            "links": {k: dict(v.counts) for k, v in links.items()}}

@@ -38,7 +38,7 @@ class RxTop(wiring.Component):
         self.cache_cfg = QpcCacheConfig(tag_width=1, qpn_bits=max(1, (max_qps - 1).bit_length()))
         super().__init__({
             "s_axis": In(AXIStreamSignature(width, user_width=1)),
-            "rq_doorbell": In(stream.Signature(data.StructLayout({"qpn": 24, "pi": 16}))),
+            "rq_doorbell": In(stream.Signature(data.StructLayout({"qpn": 24, "pi": 16, "timer": 1}))),
             "m_axi": Out(AXI4Signature(addr_width=64, data_width=width, id_width=6)),
             "resp": Out(stream.Signature(resp_layout)),
             "ib": In(1), "mac": In(48), "lid": In(16),

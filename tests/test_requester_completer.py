@@ -94,8 +94,10 @@ def _mutate(rng: random.Random, job: Job) -> Job:
     if rng.random() < 0.3:                              # retries partly used up
         job.ctx.retry_cnt = rng.randrange(job.ctx.retry_limit + 1)
         job.ctx.rnr_retry_cnt = rng.randrange(job.ctx.rnr_limit + 1)
-    if job.kind == JobKind.TIMEOUT and rng.random() < 0.3:      # the QP has no local ACK timer
-        job.record = job.record[:12] + bytes([job.record[12] & ~0x1F]) + job.record[13:]
+    if rng.random() < 0.1:                              # the QP has no local ACK timer
+        job.ctx.ack_timeout = 0
+    elif rng.random() < 0.1:                            # a long one (the delay saturates at 2^31 - 1 ticks)
+        job.ctx.ack_timeout = rng.randrange(26, 32)
     if job.kind != JobKind.RESPONSE:
         return job
     roll = rng.random()
@@ -200,7 +202,8 @@ def _model(job: Job):
     counts += engine.counts
     final = engine.written or job.ctx
     return dict(ctx=_fields(final), mem=mem.pages, cqes=engine.cqes, counts=sorted(counts), errors=engine.errors,
-                woke=engine.woke, moved=engine.moved)
+                woke=engine.woke, moved=engine.moved,
+                timers=[(q, int(arm), int(kind), delay) for q, arm, kind, delay in req.timer_log])
 
 
 def _fields(ctx):
@@ -218,7 +221,7 @@ def _run_rtl(jobs: list[Job]) -> list[dict]:
         ctx.set(dut.req_base, REQ_BASE)
         for job in jobs:
             mem = _memory(job)
-            out = dict(cqes=[], counts=[], errors=[], upd=None)
+            out = dict(cqes=[], counts=[], errors=[], upd=None, timers=[])
             p = dut.job.payload
             ctx.set(p.kind, job.kind)
             ctx.set(p.qpn, job.qpn)
@@ -241,6 +244,7 @@ def _run_rtl(jobs: list[Job]) -> list[dict]:
                 ctx.set(dut.cq.done.valid, done is not None)
                 ctx.set(dut.place.ready, 1)
                 ctx.set(dut.upd.ready, 1)
+                ctx.set(dut.timer.ready, 1)
                 taken = ctx.get(dut.job.ready) and ctx.get(dut.job.valid)
                 if cycle and ctx.get(dut.job.ready) and not ctx.get(dut.job.valid):
                     break
@@ -261,6 +265,9 @@ def _run_rtl(jobs: list[Job]) -> list[dict]:
                 q = ctx.get(dut.cq.cmd.payload) if ctx.get(dut.cq.cmd.valid) and done is None else None
                 d_take = done is not None and ctx.get(dut.cq.done.ready)
                 u = ctx.get(dut.upd.payload) if ctx.get(dut.upd.valid) else None
+                if ctx.get(dut.timer.valid):
+                    t = ctx.get(dut.timer.payload)
+                    out["timers"].append((t.qpn, t.arm, t.kind, t.delay))
                 await ctx.tick()
                 if taken:
                     ctx.set(dut.job.valid, 0)
@@ -351,8 +358,10 @@ def test_completer_against_the_model():
         assert applied["ctx"] == want["ctx"], f"{where}: context {applied['ctx']} != model {want['ctx']}"
         assert (applied["woke"], applied["moved"]) == (want["woke"], want["moved"]), f"{where}: wake / move"
         assert _pages(got["mem"]) == _pages(want["mem"]), f"{where}: host memory differs"
+        assert got["timers"] == want["timers"], f"{where}: timer commands {got['timers']} != model {want['timers']}"
         seen.update(want["counts"])
+        seen.update(f"timer:{'arm' if arm else 'disarm'}:{kind}" for _, arm, kind, _ in want["timers"])
     print(f"{len(jobs)} jobs; seen: {sorted(seen)}")
     for name in ("acks", "read_responses", "atomic_acks", "implied_naks", "retransmits", "timeouts", "completions",
-                 "naks_seq", "wqe_errors", "flush_count", "drop:STALE"):
+                 "naks_seq", "wqe_errors", "flush_count", "drop:STALE", "timer:arm:0", "timer:disarm:0"):
         assert name in seen, f"seed {seed}: no job exercised {name}"

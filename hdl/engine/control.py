@@ -120,7 +120,7 @@ from ..descriptor import DescriptorLayout
 from ..fifo import BlockFIFO, check_credit
 from ..prim import by_state
 from ..qp_cache import cached_layout, request_layout, response_layout
-from ..requester.layouts import upd_layout
+from ..requester.layouts import timer_layout, upd_layout
 from .commit_states import CommitStates
 from .doorbell_states import DoorbellStates
 from .issue_states import IssueStates
@@ -169,6 +169,9 @@ class DescriptorEngine(wiring.Component):
     upd : In(stream of :data:`rnic.hdl.requester.layouts.upd_layout`)
         The requester's completer's results, applied between turns (:mod:`.update_states`); taken once
         applied.
+    timer : Out(stream of :data:`rnic.hdl.requester.layouts.timer_layout`)
+        Under CONTROL.RELIABLE, the local ACK timer armed as an RC QP's packet at ``una_psn`` is issued
+        (nothing was outstanding, or a retransmission starts), through a 4-entry FIFO.
     qpc_req / qpc_resp : stream
         To / from :class:`rnic.hdl.qp_cache.QpCache`; one request outstanding at a time, except a
         commit's ADD_PSN and SET_SQ_CI back to back (two; the cache answers one QP in order).
@@ -218,6 +221,7 @@ class DescriptorEngine(wiring.Component):
             "doorbell": In(stream.Signature(doorbell_layout)),
             "cq_doorbell": In(stream.Signature(cq_doorbell_layout)),
             "upd": In(stream.Signature(upd_layout)),
+            "timer": Out(stream.Signature(timer_layout)),
             "qpc_req": Out(stream.Signature(request_layout(cache_cfg))),
             "qpc_resp": In(stream.Signature(response_layout(cache_cfg))),
             "m_axi": Out(AXI4Signature(addr_width=64, data_width=wqe_width, id_width=4)),
@@ -253,6 +257,7 @@ class Control(ControlBase, DoorbellStates, TurnStates, IssueStates, CommitStates
         self.reports()
         self.doorbell_signals()
         self.update_signals()
+        self.timer_arms()
         self.decisions()
         with m.FSM(init="Clear") as fsm:
             self.idle_states()

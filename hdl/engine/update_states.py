@@ -3,14 +3,19 @@
 
 The completer's result for a QP (:data:`rnic.hdl.requester.layouts.upd_layout`) is applied between turns, where
 the model's requester acts (its turns are whole): ``una_psn`` (SET_UNA), the retry counts, ``req_wait`` and
-``rd_pending`` (SET_REQ: less ``rd_dec``, or 0 on a move), and a move of the send pointer (SET_PSN, SET_SQ_CI).
+``rd_pending`` (SET_REQ: less ``rd_dec``, or 0 on a move or an error), and a move of the send pointer (SET_PSN, SET_SQ_CI).
 Upd-Wake then does what the model's ``_rewound`` and ``_wake`` do to the scheduler: a moved QP starts its
 message again (a parked one loses its parked offset; a queued one is marked *rewound*, and its next turn
 starts at offset 0), and a woken QP with work and no RNR wait is queued. ``upd`` is taken in Upd-Wake, so the
 completer's next job reads a context that holds this one.
 """
 
-from amaranth import Cat, Signal
+from amaranth import Cat, Const, Mux, Signal
+from amaranth.hdl import Assert
+from amaranth.lib.fifo import SyncFIFOBuffered
+
+from ...model.timers import TimerKind
+from ..requester.layouts import timer_layout
 
 from ..qp_cache import Op, QpState
 
@@ -29,6 +34,20 @@ class UpdateStates:
         self.qpn_bits = max(1, (e.max_qps - 1).bit_length())
         self.upd_queue = Signal()
 
+    def timer_arms(self):
+        """An issued packet at ``una_psn`` of a reliable RC QP with a local ACK timeout arms its timer (the
+        model's ``Requester.sent``): a command into a FIFO, from flags registered a clock before Issue."""
+        m, e, ctx = self.m, self.e, self.ctx
+        m.submodules.timer_fifo = fifo = SyncFIFOBuffered(width=timer_layout.size, depth=4)
+        at_una, ticks = Signal(), Signal(31)
+        m.d.sync += [at_una.eq(self.rel & (self.issue_psn == ctx.una_psn) & (ctx.ack_timeout != 0)),
+                     ticks.eq(Mux(ctx.ack_timeout >= 29, (1 << 31) - 1, Const(4, 33) << ctx.ack_timeout))]
+        cmd = Signal(timer_layout)
+        m.d.comb += [cmd.qpn.eq(self.qpn), cmd.arm.eq(1), cmd.kind.eq(TimerKind.ACK), cmd.delay.eq(ticks),
+                     fifo.w_data.eq(cmd), fifo.w_en.eq(self.info.w_en & at_una),
+                     e.timer.valid.eq(fifo.r_rdy), e.timer.payload.eq(fifo.r_data), fifo.r_en.eq(e.timer.ready)]
+        m.d.sync += Assert(~fifo.w_en | fifo.w_rdy, "engine: timer command FIFO full\n")
+
     def take_update(self):
         """From Idle: take ``upd`` into a register (the stream is answered in Upd-Wake)."""
         m, e = self.m, self.e
@@ -38,7 +57,8 @@ class UpdateStates:
     def update_states(self):
         m, u, ctx, ready = self.m, self.upd, self.ctx, self.ready
         self.cache("Upd-Una", Op.SET_UNA, u.una_psn, self.goto("Upd-Req"))
-        req_arg = Cat(u.retry_cnt, Signal(1), u.rnr_retry_cnt, Signal(1), u.req_wait, u.move, u.rd_dec)
+        # rd_pending: 0 on a move or when the QP ends (the model's _rewind, flush_unacked), else less rd_dec
+        req_arg = Cat(u.retry_cnt, Signal(1), u.rnr_retry_cnt, Signal(1), u.req_wait, u.move | u.error, u.rd_dec)
 
         def after_req(ok):
             with m.If(u.move):

@@ -1,7 +1,7 @@
 """The receive path: frames in, the responder's verdicts and the requester's responses executed, host memory
 and responses out."""
 
-from amaranth import Module, Mux, Signal
+from amaranth import Cat, Const, Module, Mux, Signal
 from amaranth.hdl import Assert
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
@@ -9,12 +9,14 @@ from amaranth.lib.wiring import In, Out
 from ...model.qpc import PathMtu, QpcCacheConfig
 from ...model.receive import DropReason
 from ...model.regs import SGID_ENTRIES
+from ...model.requester import REQ_COUNTS, RespDrop
 from ...model.responder import COUNT_NAMES, RxDrop
 from ..bus import AXI4Signature, AXIStreamSignature
 from ..completion import CqClientSignature, CqShare, err_layout
 from ..qp_cache import request_layout, response_layout
 from ..requester.completer import Completer
-from ..requester.layouts import counts_layout, upd_layout
+from ..requester.layouts import timer_layout, upd_layout
+from ..requester.timers import TimerTable
 from .front_end import RxFrontEnd
 from .host_access import HostAccess
 from .payload_writer import PayloadWriter
@@ -66,10 +68,15 @@ class ReceivePath(wiring.Component):
         CONTROL.RELIABLE: responses go to the completer (else they are dropped as RESPONSE).
     req_base : In(64)
         REQ_BASE: the requester records.
+    timer_tick : In(16)
+        TIMER_TICK: clocks per tick of the requester's :class:`TimerTable` (0 stops it).
+    eng_timer : In(stream of :data:`~rnic.hdl.requester.layouts.timer_layout`)
+        The engine's timer arms (a packet at ``una_psn`` issued); they go before the completer's
+        commands. An expired timer becomes a TIMEOUT or RNR_DONE job, as a REQ_TIMER write does.
     upd : Out(stream of :data:`~rnic.hdl.requester.layouts.upd_layout`)
         The completer's result, for the engine (the context's send half); a job ends when it is taken.
-    req_count : Out(:data:`~rnic.hdl.requester.layouts.counts_layout`)
-        The completer's counter strobes.
+    req_counts : Out
+        The requester's counters (``REQ_*`` registers): its events, then the responses it ignored by reason.
     err : Out(err_layout)
         The responder's, the completer's and their completions' error reports.
     inc : Out
@@ -98,8 +105,10 @@ class ReceivePath(wiring.Component):
             "qpc_base": In(64), "qpc_size": In(25), "mr_base": In(64), "mr_size": In(32), "res_base": In(64),
             "sgid_index": Out(4), "sgid_gid": In(128), "sgid_mac": In(48), "sgid_vlan_id": In(12),
             "sgid_vlan_present": In(1),
-            "reliable": In(1), "req_base": In(64),
-            "upd": Out(stream.Signature(upd_layout)), "req_count": Out(counts_layout),
+            "reliable": In(1), "req_base": In(64), "timer_tick": In(16),
+            "eng_timer": In(stream.Signature(timer_layout)),
+            "upd": Out(stream.Signature(upd_layout)),
+            "req_counts": Out(data.ArrayLayout(32, len(REQ_COUNTS) + len(RespDrop))),
             "err": Out(err_layout),
             "inc": Out(data.StructLayout({n: {"byte_count": 13, "bus_errors": 2}.get(n, 1) for n in PATH_COUNTS})),
             "received": Out(32), "stateless": Out(data.ArrayLayout(32, len(DropReason))),
@@ -117,6 +126,7 @@ class ReceivePath(wiring.Component):
         m.submodules.host = host = HostAccess(W)
         m.submodules.comp = comp = Completer()
         m.submodules.cq_share = share = CqShare(2)
+        m.submodules.timers = tt = TimerTable(self.max_qps)
 
         ax = self.s_axis
         m.d.comb += [
@@ -130,7 +140,20 @@ class ReceivePath(wiring.Component):
             self.received.eq(fe.received), self.stateless.eq(fe.dropped),
         ]
         wiring.connect(m, fe.m_result, r.result)
-        wiring.connect(m, wiring.flipped(self.rq_doorbell), r.rq_db)
+        # receive-queue doorbells and REQ_TIMER writes first, then expired timers (a job each)
+        db, ex = self.rq_doorbell, tt.expired
+        m.d.comb += [r.rq_db.valid.eq(db.valid | ex.valid),
+                     r.rq_db.payload.eq(Mux(db.valid, db.payload, Cat(ex.payload.qpn, Const(0, 24 - len(ex.payload.qpn)),
+                                                                      ex.payload.kind, Const(0, 15), Const(1, 1)))),
+                     db.ready.eq(r.rq_db.ready), ex.ready.eq(r.rq_db.ready & ~db.valid)]
+        # timer commands: the engine's arms, then the completer's
+        et, ct = self.eng_timer, comp.timer
+        qb = len(tt.cmd.payload.qpn)
+        m.d.comb += [tt.cmd.valid.eq(et.valid | ct.valid), tt.tick.eq(self.timer_tick),
+                     tt.cmd.payload.eq(Mux(et.valid, Cat(et.payload.qpn[:qb], et.payload.arm, et.payload.kind,
+                                                         et.payload.delay),
+                                           Cat(ct.payload.qpn[:qb], ct.payload.arm, ct.payload.kind, ct.payload.delay))),
+                     et.ready.eq(tt.cmd.ready), ct.ready.eq(tt.cmd.ready & ~et.valid)]
         wiring.connect(m, r.qpc_req, wiring.flipped(self.qpc_req))
         wiring.connect(m, wiring.flipped(self.qpc_resp), r.qpc_resp)
         wiring.connect(m, r.pieces, pw.pieces)
@@ -163,8 +186,15 @@ class ReceivePath(wiring.Component):
             m.d.sync += job_error.eq(0)
         with m.If(comp.upd.valid & comp.upd.ready & comp.upd.payload.error):
             m.d.sync += job_error.eq(1)
-        m.d.comb += [r.reliable.eq(self.reliable), r.job_error.eq(job_error), comp.req_base.eq(self.req_base),
-                     self.req_count.eq(comp.count)]
+        m.d.comb += [r.reliable.eq(self.reliable), r.job_error.eq(job_error), comp.req_base.eq(self.req_base)]
+        # the requester's counters, a clock after their strobes
+        strobes = Signal(len(REQ_COUNTS) + len(RespDrop))
+        cc = comp.count
+        m.d.sync += strobes.eq(Cat(*(getattr(cc, n) for n in REQ_COUNTS),
+                                   *(cc.drop & (cc.reason == int(d)) for d in RespDrop)))
+        for i in range(len(strobes)):
+            with m.If(strobes[i]):
+                m.d.sync += self.req_counts[i].eq(self.req_counts[i] + 1)
         wiring.connect(m, r.resp, wiring.flipped(self.resp))
         wiring.connect(m, pw.m_axi, wiring.flipped(self.m_axi_write))
         wiring.connect(m, host.m_axi, wiring.flipped(self.m_axi_host))
@@ -174,7 +204,7 @@ class ReceivePath(wiring.Component):
             self.sgid_index.eq(r.sgid_index), r.sgid_gid.eq(self.sgid_gid), r.sgid_mac.eq(self.sgid_mac),
             r.sgid_vlan_id.eq(self.sgid_vlan_id), r.sgid_vlan_present.eq(self.sgid_vlan_present),
             self.drops.eq(r.drops), self.counts.eq(r.counts),
-            self.idle.eq(~r.busy & ~fe.m_result.valid & comp.job.ready), self.state.eq(r.state),
+            self.idle.eq(~r.busy & ~fe.m_result.valid & comp.job.ready & ~ex.valid), self.state.eq(r.state),
         ]
         # the responder and the completer report nothing while they wait for their completion (the writer's
         # reports then), and the responder nothing while the completer runs

@@ -7,7 +7,7 @@ payloads placed through ``place`` and writes atomic results through ``host``. It
 context: its end result leaves on ``upd`` for the context's owner to apply (below).
 """
 
-from amaranth import Cat, Const, Module, Mux, Signal, signed
+from amaranth import Array, Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -17,12 +17,14 @@ from ...model.qpc import QpState, ServiceType
 from ...model.req_records import MUTABLE_BYTES, REQ_BYTES
 from ...model.requester import RespDrop, RespKind, Step
 from ...model.regs import ErrBit
+from ...model.responder import RNR_TIMER_US
+from ...model.timers import TimerKind, rnr_ticks
 from ...model.wqe import WQE_BYTES, CqeStatus, WqeFlags, WqeOpcode
 from ..completion import CqClientSignature, CqOp, err_layout
 from ..engine.layouts import in_set, wqe_layout
 from ..receive.host_access import host_cmd_layout, host_resp_layout
 from .check import RespCheck, WalkStep, behind
-from .layouts import JobKind, counts_layout, job_layout, place_layout, record_layout, upd_layout
+from .layouts import JobKind, counts_layout, job_layout, place_layout, record_layout, timer_layout, upd_layout
 
 __all__ = ["Completer"]
 
@@ -67,6 +69,7 @@ class Completer(wiring.Component):
             "place": Out(stream.Signature(place_layout)),
             "placed": In(stream.Signature(data.StructLayout({"err": 1}))),
             "upd": Out(stream.Signature(upd_layout)),
+            "timer": Out(stream.Signature(timer_layout)),
             "count": Out(counts_layout),
             "err": Out(err_layout),
         })
@@ -222,7 +225,7 @@ class Completer(wiring.Component):
             with m.State("Timeout"):
                 outstanding = ((c.service == ServiceType.RC) & (c.state.as_value() == QpState.RTS)
                                & behind(una, sent_end))
-                with m.If(~outstanding | wait | (r.timeout == 0)):
+                with m.If(~outstanding | wait | (c.ack_timeout == 0)):
                     m.next = "Done"
                 with m.Else():
                     m.d.comb += cnt.timeouts.eq(1)
@@ -501,9 +504,35 @@ class Completer(wiring.Component):
                 with m.If(dirty):
                     m.next = "RecWriteGo"
                 with m.Else():
-                    m.next = "Update"
-            host_states("RecWriteGo", goto("Update"), write=1, addr=req_addr, nbytes=MUTABLE_BYTES,
+                    m.next = "Timer"
+            host_states("RecWriteGo", goto("Timer"), write=1, addr=req_addr, nbytes=MUTABLE_BYTES,
                         wdata=r.as_value()[:MUTABLE_BYTES * 8])
+
+            # the timer command (the model's _timer_after), decided and registered, then offered
+            tm = Signal(timer_layout)
+            tm_go = Signal()
+            with m.State("Timer"):
+                rc_rts = (c.service == ServiceType.RC) & (c.state.as_value() == QpState.RTS)
+                ack_ticks = Mux(c.ack_timeout >= 29, (1 << 31) - 1, Const(4, 33) << c.ack_timeout)
+                rnr_table = Array(Const(rnr_ticks(code), 20) for code in range(len(RNR_TIMER_US)))
+                m.d.sync += [tm.qpn.eq(j.qpn), tm.arm.eq(0), tm.kind.eq(TimerKind.ACK), tm.delay.eq(0), tm_go.eq(0)]
+                with m.If(~rc_rts):
+                    pass
+                with m.Elif(error):
+                    m.d.sync += tm_go.eq(1)
+                with m.Elif(wait):
+                    with m.If(~c.req_wait):
+                        m.d.sync += [tm_go.eq(1), tm.arm.eq(1), tm.kind.eq(TimerKind.RNR),
+                                     tm.delay.eq(rnr_table[r.rnr_code])]
+                with m.Elif(una != c.una_psn):
+                    m.d.sync += tm_go.eq(1)
+                    with m.If(behind(una, sent_end) & (c.ack_timeout != 0)):
+                        m.d.sync += [tm.arm.eq(1), tm.delay.eq(ack_ticks)]
+                m.next = "TimerGo"
+            with m.State("TimerGo"):
+                m.d.comb += [self.timer.valid.eq(tm_go), self.timer.payload.eq(tm)]
+                with m.If(self.timer.ready | ~tm_go):
+                    m.next = "Update"
             with m.State("Update"):
                 u = self.upd.payload
                 m.d.comb += [u.qpn.eq(j.qpn), u.una_psn.eq(una), u.retry_cnt.eq(retry), u.rnr_retry_cnt.eq(rnr),

@@ -9,7 +9,7 @@ from ...model.req_records import REQ_BYTES, REQ_FIELDS
 from ...model.requester import REQ_COUNTS
 from ..qp_cache.layouts import cached_layout
 
-__all__ = ["JobKind", "job_layout", "record_layout", "upd_layout", "place_layout", "counts_layout"]
+__all__ = ["JobKind", "job_layout", "record_layout", "upd_layout", "place_layout", "counts_layout", "timer_layout"]
 
 
 class JobKind(enum.IntEnum):
@@ -37,6 +37,10 @@ record_layout = data.FlexibleLayout(REQ_BYTES * 8, {name: data.Field(width, off)
 #: * ``wake``: schedule the QP if it has WQEs to send.
 upd_layout = data.StructLayout({"qpn": 24, "una_psn": 24, "retry_cnt": 3, "rnr_retry_cnt": 3, "req_wait": 1,
                                 "rd_dec": 3, "move": 1, "sq_ci": 16, "next_psn": 24, "error": 1, "wake": 1})
+
+#: A timer command: arm QP ``qpn``'s one timer (``kind``: :class:`rnic.model.timers.TimerKind`, ACK 0 or RNR 1)
+#: to fire ``delay`` ticks from now, or disarm it (``arm`` 0).
+timer_layout = data.StructLayout({"qpn": 24, "arm": 1, "kind": 1, "delay": 31})
 
 #: One per response job: ``write`` 1 has the response's payload written at ``addr`` (answer on
 #: ``placed``); 0 has it discarded.
