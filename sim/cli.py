@@ -88,7 +88,42 @@ def _cmd_loopback(args) -> int:
     return run_loopback(args.scenario, Path(args.out), seed=args.seed, knobs=knobs, rtl=args.rtl, status=_status)
 
 
+def _cmd_soak_loopback(args) -> int:
+    from .soak_loopback import TOTALS, run_soak_loopback
+    for name, default in (("shard", None), ("recipe", None), ("jobs", 1), ("batch", 4)):
+        if getattr(args, name) != default:
+            raise ValueError(f"--loopback runs one simulator on one machine: it takes no --{name}")
+    if args.cycles is not None and args.workloads is not None:
+        raise ValueError("give --cycles or --workloads, not both")
+    if not 0 <= args.loss <= 1:
+        raise ValueError(f"--loss is a probability, not {args.loss}")
+    only = None
+    if args.only is not None:
+        if not args.only.strip().isdigit():
+            raise ValueError(f"--only: {args.only!r}; --loopback reruns one workload index")
+        only = int(args.only)
+    cycles = args.cycles if args.cycles is not None or args.workloads is not None or only is not None else 200_000
+    s = run_soak_loopback(args.seed, args.loss, cycles if only is None else None, args.workloads, only,
+                          Path(args.out) if args.out else None, status=_status)
+    for w in s["workloads"]:
+        print(f"workload {w['index']:>4} ({w['mode']}, MTU {w['mtu']}, {w['qps']} QP pairs): {w['clocks']} clocks, "
+              f"{w['messages']} messages, {w['retransmits']} retransmits, {w['timeouts']} timeouts, "
+              f"{len(w['mismatches'])} mismatches, {len(w['problems'])} scoreboard findings")
+        for line in w["mismatches"] + w["problems"]:
+            print(f"    {line}")
+    t = s["totals"]
+    print(f"soak --loopback seed {args.seed}, loss {args.loss}: " + ", ".join(f"{t[k]} {k}" for k in TOTALS)
+          + f" ({s['wall_seconds']} s)")
+    bad = [w for w in s["workloads"] if w["mismatches"] or w["problems"]]
+    for w in bad:
+        print(f"rerun workload {w['index']}: python -m rnic.sim soak --loopback --seed {args.seed} --loss {args.loss} "
+              f"--only {w['index']}", file=sys.stderr)
+    return 2 if bad else 0
+
+
 def _cmd_soak(args) -> int:
+    if args.loopback:
+        return _cmd_soak_loopback(args)
     from .soak import SoakPlan, run_soak, summary_path
     plan = SoakPlan.from_args(args, config_from_args(args))
     result = run_soak(plan, status=_status)
@@ -196,6 +231,10 @@ def main(argv: list[str] | None = None) -> int:
     soak.add_argument("--shard", metavar="K/N", help="run only shard K of N (K from 1): workloads i with i %% N == K-1")
     soak.add_argument("--only", metavar="I[,I...]", help="run just these workload indices (the rerun of a failure)")
     soak.add_argument("--out", metavar="DIR", help="folder for the JSON summary and sim.log (sim-job<j>.log per job)")
+    soak.add_argument("--loopback", action="store_true",
+                      help="RC between two RTL engines over lossy links, in lockstep with the model (docs/reliability.md)")
+    soak.add_argument("--loss", type=float, default=0.01,
+                      help="--loopback: probability that a frame is lost, and that one is repeated (default 0.01)")
     _add_path_argument(soak)
     add_config_arguments(soak)
     soak.set_defaults(func=_cmd_soak)

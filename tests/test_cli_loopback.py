@@ -2,6 +2,7 @@
 directions' pcaps; a link cut with no retries fails it (exit 2); a malformed scenario is a clear error
 (exit 1); ``--rtl`` runs UC on two RTL engines beside the model (``-m slow``) and refuses RC."""
 
+import json
 import subprocess
 from pathlib import Path
 
@@ -73,3 +74,18 @@ def test_rtl_uc_beside_the_model(tmp_path, capsys):
     assert main(["loopback", str(uc), "--out", str(tmp_path), "--loss", "0.05", "--dup", "0.05", "--rtl"]) == 0
     out = capsys.readouterr().out
     assert "RTL and model agree" in out and "what arrived is what was sent" in out
+
+
+def test_soak_loopback_refuses_shards(capsys):
+    assert main(["soak", "--loopback", "--shard", "1/2"]) == 1
+    assert "takes no --shard" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_soak_loopback(tmp_path, capsys):
+    """One loopback workload of the soak on two RTL engines in lockstep with the model."""
+    assert main(["soak", "--loopback", "--workloads", "1", "--loss", "0.02", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "0 mismatches, 0 problems" in out
+    summary = json.loads((tmp_path / "soak-loopback-1.json").read_text())
+    assert summary["totals"]["workloads"] == 1 and summary["totals"]["messages"] > 0
