@@ -25,13 +25,11 @@ import random
 import cocotb
 from cocotb.triggers import ClockCycles
 
-from ..model.qpc import CACHED_BYTES, RECORD_BYTES, CtrlOp, QpContext
-from ..model.regs import REG, RX_COUNTERS
-from . import tb as sim_tb
+from ..model.qpc import CACHED_BYTES, RECORD_BYTES, QpContext
+from ..model.regs import REG
 from .link import Link
 from .loopback import Loopback
-from .pair_tb import RamView, Side
-from .responder_cases import memory_differs
+from .pair_tb import RamView, Side, compare_state, flush, ring, start
 
 __all__ = ["run_lockstep", "run_free"]
 
@@ -84,23 +82,11 @@ async def run_lockstep(dut, rng: random.Random, a: Side, b: Side, lb: Loopback, 
     doorbells = lb.post_recvs(doorbell=False)
     for name, qpn, pi in doorbells:
         nodes[name].resp.rq_doorbell(qpn, pi)
-    for side, node in ((a, nodes["a"]), (b, nodes["b"])):
-        side.ram.load(node.mem, latency=rng.choice([(0, 0), (0, 30)]), pause=rng.choice([0, 0.1]))
-        sim_tb.set_pause(side.sink, rng.choice([0, 0.2]), rng)
-        side.sent.clear()
-    await sim_tb.reset(dut, 4, low=("a__s_axis__tvalid", "b__s_axis__tvalid"), after=2)
-    for side, node in ((a, nodes["a"]), (b, nodes["b"])):
-        for offset, value in node.resp.settings.writes([e.gid for e in node.settings.sgids]) + node.settings.writes():
-            await side.axil.write_dword(offset, value)
-    for name, qpn, pi in doorbells:
-        await sides[name].write("DB_QPN", qpn)
-        await sides[name].write("DB_RQ_PI", pi)
-    for flow in lb.flows:                             # the model rings in Loopback.run; the RTL here
+    await start(dut, rng, a, b, lb)
+    for flow in lb.flows:                             # the model's doorbells (Loopback.run rings them there)
         if flow.indices:
-            name = "a" if flow.src is lb.pair.a else "b"
             flow.src.driver.ring(flow.sq)
-            await sides[name].write("DB_QPN", flow.sq)
-            await sides[name].write("DB_SQ_PI", flow.src.driver.sq_pi[flow.sq])
+    await ring(sides, lb, doorbells)
 
     links = {"a": lb.links["a-to-b"], "b": lb.links["b-to-a"]}
     dst_of = {"a": "b", "b": "a"}
@@ -165,18 +151,8 @@ async def run_lockstep(dut, rng: random.Random, a: Side, b: Side, lb: Loopback, 
         if not fired:
             break
         quiet = 0
-    for side in (a, b):
-        await side.write("QPC_CMD", CtrlOp.FLUSH)
-        while await side.reg("QPC_CMD_STATUS") & 1:
-            await ClockCycles(dut.clk, 20)
-    for name, side in sides.items():
-        differs = memory_differs(side.ram, nodes[name].mem)
-        if differs:
-            mismatches.append(f"engine {name}: {differs}")
-        regs = {n: await side.reg(n) for n, _ in RX_COUNTERS}
-        diff = {n: (regs[n], nodes[name].engine.regs[n]) for n in regs if regs[n] != nodes[name].engine.regs[n]}
-        if diff:
-            mismatches.append(f"engine {name}: receive counters (RTL, model) {diff}")
+    await flush(dut, sides)
+    mismatches += await compare_state(sides, lb)
     problems = lb.check({"a": RamView(a.ram), "b": RamView(b.ram)})
     return {"mismatches": mismatches, "problems": problems, "steps": steps}
 
@@ -198,29 +174,16 @@ async def run_free(dut, rng: random.Random, a: Side, b: Side, lb: Loopback, *, t
             ctx = QpContext.unpack(node.mem.peek(addr, RECORD_BYTES))
             ctx.ack_timeout = ack_timeout
             node.mem.poke(addr, ctx.pack()[:CACHED_BYTES])
-    for side, node in ((a, nodes["a"]), (b, nodes["b"])):
-        side.ram.load(node.mem, latency=rng.choice([(0, 0), (0, 30)]), pause=rng.choice([0, 0.1]))
-        sim_tb.set_pause(side.sink, rng.choice([0, 0.2]), rng)
-        side.sent.clear()
-    await sim_tb.reset(dut, 4, low=("a__s_axis__tvalid", "b__s_axis__tvalid"), after=2)
-    for side, node in ((a, nodes["a"]), (b, nodes["b"])):
-        for offset, value in node.resp.settings.writes([e.gid for e in node.settings.sgids]) + node.settings.writes():
-            await side.axil.write_dword(offset, value)
-        await side.write("TIMER_TICK", tick)
+    await start(dut, rng, a, b, lb, writes=[("TIMER_TICK", tick)])
     state = {"flush": False}
     links = {"a": Link(lb.links["a-to-b"].knobs, lb.links["a-to-b"].seed, lb.flow_of),
              "b": Link(lb.links["b-to-a"].knobs, lb.links["b-to-a"].seed, lb.flow_of)}
     tasks = [cocotb.start_soon(_carry(dut.clk, a, b, links["a"], state)),
              cocotb.start_soon(_carry(dut.clk, b, a, links["b"], state))]
-    for name, qpn, pi in doorbells:
-        await sides[name].write("DB_QPN", qpn)
-        await sides[name].write("DB_RQ_PI", pi)
     for flow in lb.flows:
         if flow.indices:
-            name = "a" if flow.src is lb.pair.a else "b"
             flow.src.driver.ring(flow.sq)
-            await sides[name].write("DB_QPN", flow.sq)
-            await sides[name].write("DB_SQ_PI", flow.src.driver.sq_pi[flow.sq])
+    await ring(sides, lb, doorbells)
     clocks = still = 0
     last = None
     problems = []
@@ -239,10 +202,7 @@ async def run_free(dut, rng: random.Random, a: Side, b: Side, lb: Loopback, *, t
             break
     for t in tasks:
         t.cancel()
-    for side in (a, b):
-        await side.write("QPC_CMD", CtrlOp.FLUSH)
-        while await side.reg("QPC_CMD_STATUS") & 1:
-            await ClockCycles(dut.clk, 20)
+    await flush(dut, sides)
     problems += lb.check({"a": RamView(a.ram), "b": RamView(b.ram)})
     return {"problems": problems, "clocks": clocks, "sent": {"a": list(a.sent), "b": list(b.sent)},
             "links": {k: dict(v.counts) for k, v in links.items()}}

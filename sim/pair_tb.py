@@ -25,7 +25,7 @@ from .link import Link
 from .loopback import Loopback
 from .responder_cases import memory_differs
 
-__all__ = ["Side", "RamView", "run_loopback"]
+__all__ = ["Side", "RamView", "start", "ring", "flush", "compare_state", "run_loopback"]
 
 STALL = 40_000
 
@@ -66,6 +66,59 @@ async def _carry(clk, src: Side, dst: Side, link: Link, state: dict):
             await dst.source.send(f)
 
 
+async def start(dut, rng: random.Random, a: Side, b: Side, lb: Loopback, writes=()) -> None:
+    """Both engines from reset with the memory of ``lb``'s nodes (random latency, stalls and sink pauses
+    from ``rng``) and their registers, then ``writes`` (``(name, value)``) on each."""
+    nodes = {"a": lb.pair.a, "b": lb.pair.b}
+    for side, node in ((a, nodes["a"]), (b, nodes["b"])):
+        side.ram.load(node.mem, latency=rng.choice([(0, 0), (0, 30)]), pause=rng.choice([0, 0.1]))
+        sim_tb.set_pause(side.sink, rng.choice([0, 0.2]), rng)
+        side.sent.clear()
+    await sim_tb.reset(dut, 4, low=("a__s_axis__tvalid", "b__s_axis__tvalid"), after=2)
+    for side, node in ((a, nodes["a"]), (b, nodes["b"])):
+        for offset, value in node.resp.settings.writes([e.gid for e in node.settings.sgids]) + node.settings.writes():
+            await side.axil.write_dword(offset, value)
+        for name, value in writes:
+            await side.write(name, value)
+
+
+async def ring(sides: dict, lb: Loopback, doorbells) -> None:
+    """The receive-queue ``doorbells`` (``(node, qpn, pi)``), then every QP's send queue up to its driver's
+    producer index, on the engines."""
+    for name, qpn, pi in doorbells:
+        await sides[name].write("DB_QPN", qpn)
+        await sides[name].write("DB_RQ_PI", pi)
+    nodes = {"a": lb.pair.a, "b": lb.pair.b}
+    for name, qpns in lb.qpns.items():
+        for qpn in qpns:
+            if nodes[name].driver.sq_pi[qpn]:
+                await sides[name].write("DB_QPN", qpn)
+                await sides[name].write("DB_SQ_PI", nodes[name].driver.sq_pi[qpn])
+
+
+async def flush(dut, sides: dict) -> None:
+    """A QPC_CMD FLUSH on each engine (the cached contexts back in memory)."""
+    for side in sides.values():
+        await side.write("QPC_CMD", CtrlOp.FLUSH)
+        while await side.reg("QPC_CMD_STATUS") & 1:
+            await ClockCycles(dut.clk, 20)
+
+
+async def compare_state(sides: dict, lb: Loopback) -> list[str]:
+    """Each engine's memory and receive counters against its model node's (after :func:`flush`)."""
+    out = []
+    for name, node in (("a", lb.pair.a), ("b", lb.pair.b)):
+        side = sides[name]
+        differs = memory_differs(side.ram, node.mem)
+        if differs:
+            out.append(f"engine {name}: {differs}")
+        regs = {n: await side.reg(n) for n, _ in RX_COUNTERS}
+        diff = {n: (regs[n], node.engine.regs[n]) for n in regs if regs[n] != node.engine.regs[n]}
+        if diff:
+            out.append(f"engine {name}: receive counters (RTL, model) {diff}")
+    return out
+
+
 async def run_loopback(dut, rng: random.Random, a: Side, b: Side, lb: Loopback) -> dict:
     """Run ``lb`` (built with ``rnr`` out of reach, nothing run yet) on the model and on the two engines;
     return ``{"mismatches": [...], "problems": [...], "sent": {node: frames}, "links": {...}}``."""
@@ -73,34 +126,19 @@ async def run_loopback(dut, rng: random.Random, a: Side, b: Side, lb: Loopback) 
         raise ValueError("RC over the RTL pair needs the RTL requester (issue #41); run the model alone")
     doorbells = lb.post_recvs(doorbell=False)
     nodes = {"a": lb.pair.a, "b": lb.pair.b}
-    for side, node in ((a, nodes["a"]), (b, nodes["b"])):
-        side.ram.load(node.mem, latency=rng.choice([(0, 0), (0, 30)]), pause=rng.choice([0, 0.1]))
-        sim_tb.set_pause(side.sink, rng.choice([0, 0.2]), rng)
-        side.sent.clear()
+    await start(dut, rng, a, b, lb)
     for name, qpn, pi in doorbells:                 # the model: the same doorbells, then both directions
         nodes[name].resp.rq_doorbell(qpn, pi)
     lb.rnr = 0
     lb.run()
     want = {n: [p.frame() for p in node.engine.packets] for n, node in nodes.items()}
-
-    await sim_tb.reset(dut, 4, low=("a__s_axis__tvalid", "b__s_axis__tvalid"), after=2)
-    for side, node in ((a, nodes["a"]), (b, nodes["b"])):
-        for offset, value in node.resp.settings.writes([e.gid for e in node.settings.sgids]) + node.settings.writes():
-            await side.axil.write_dword(offset, value)
     state = {"flush": False}
     links = {name: Link(lb.links[key].knobs, lb.links[key].seed, lb.flow_of)
              for name, key in (("a", "a-to-b"), ("b", "b-to-a"))}
     tasks = [cocotb.start_soon(_carry(dut.clk, a, b, links["a"], state)),
              cocotb.start_soon(_carry(dut.clk, b, a, links["b"], state))]
     sides = {"a": a, "b": b}
-    for name, qpn, pi in doorbells:
-        await sides[name].write("DB_QPN", qpn)
-        await sides[name].write("DB_RQ_PI", pi)
-    for name, qpns in lb.qpns.items():
-        for qpn in qpns:
-            if nodes[name].driver.sq_pi[qpn]:
-                await sides[name].write("DB_QPN", qpn)
-                await sides[name].write("DB_SQ_PI", nodes[name].driver.sq_pi[qpn])
+    await ring(sides, lb, doorbells)
     waited, last = 0, None
     while True:
         await ClockCycles(dut.clk, 200)
@@ -121,10 +159,7 @@ async def run_loopback(dut, rng: random.Random, a: Side, b: Side, lb: Loopback) 
     await ClockCycles(dut.clk, 300)
     for t in tasks:
         t.cancel()
-    for side in (a, b):
-        await side.write("QPC_CMD", CtrlOp.FLUSH)
-        while await side.reg("QPC_CMD_STATUS") & 1:
-            await ClockCycles(dut.clk, 20)
+    await flush(dut, sides)
     mismatches = []
     for name, side in sides.items():
         if side.sent != want[name]:
@@ -132,13 +167,7 @@ async def run_loopback(dut, rng: random.Random, a: Side, b: Side, lb: Loopback) 
                          min(len(side.sent), len(want[name])))
             mismatches.append(f"engine {name}: its frames differ from the model's from frame {first} "
                               f"({len(side.sent)} sent, the model {len(want[name])})")
-        differs = memory_differs(side.ram, nodes[name].mem)
-        if differs:
-            mismatches.append(f"engine {name}: {differs}")
-        regs = {n: await side.reg(n) for n, _ in RX_COUNTERS}
-        diff = {n: (regs[n], nodes[name].engine.regs[n]) for n in regs if regs[n] != nodes[name].engine.regs[n]}
-        if diff:
-            mismatches.append(f"engine {name}: receive counters (RTL, model) {diff}")
+    mismatches += await compare_state(sides, lb)
     problems = lb.check({"a": RamView(a.ram), "b": RamView(b.ram)})
     return {"mismatches": mismatches, "problems": problems, "sent": dict((n, s.sent) for n, s in sides.items()),
             "links": {k: dict(v.counts) for k, v in links.items()}}

@@ -11,6 +11,14 @@ from ...model.wqe import CqeStatus
 from ..qp_cache import Op, QpState, Status
 
 
+def refuse_bad_qpn(b, then: str) -> None:
+    """A doorbell or REQ_TIMER write for a QPN out of range: DB_BAD_QPN, ``db_errors``, go to ``then``."""
+    c, m, qpn = b.c, b.m, b.qpn
+    m.d.sync += [c.inc.db_errors.eq(1), c.err.valid.eq(1), c.err.bit.eq(ErrBit.DB_BAD_QPN), c.err.qpn.eq(qpn),
+                 c.err.status.eq(0)]
+    m.next = then
+
+
 def doorbell_states(b):
     c = b.c
     m, qpn, ctx, rx, db_pi, fstatus = b.m, b.qpn, b.ctx, b.rx, b.db_pi, b.fstatus
@@ -23,9 +31,7 @@ def doorbell_states(b):
     with m.State("Db-Check"):
         limit = b.limit
         with m.If(qpn >= limit):
-            refuse_count()
-            m.d.sync += [c.err.valid.eq(1), c.err.bit.eq(ErrBit.DB_BAD_QPN), c.err.qpn.eq(qpn), c.err.status.eq(0)]
-            m.next = "Db-End"
+            refuse_bad_qpn(b, "Db-End")
         with m.Else():
             m.next = "Db-Req"
     with m.State("Db-Req"):

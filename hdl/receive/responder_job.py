@@ -21,6 +21,7 @@ from amaranth import Mux
 from ...model.regs import ErrBit
 from ..qp_cache import Op, QpState, Status
 from ..requester.layouts import JobKind
+from .responder_doorbell import refuse_bad_qpn
 
 
 def job_states(b):
@@ -34,9 +35,7 @@ def job_states(b):
         with m.If(~c.reliable):
             m.next = "Finish"
         with m.Elif(qpn >= b.limit):
-            m.d.sync += [c.inc.db_errors.eq(1), c.err.valid.eq(1), c.err.bit.eq(ErrBit.DB_BAD_QPN),
-                         c.err.qpn.eq(qpn), c.err.status.eq(0)]
-            m.next = "Finish"
+            refuse_bad_qpn(b, "Finish")
         with m.Else():
             m.next = "Tm-Req"
     with m.State("Tm-Req"):
