@@ -35,7 +35,10 @@ Doorbells are taken only between turns (a doorbell written during a turn takes e
 turn boundary, which ``docs/engine.md`` allows). A partly sent message keeps its byte offset in its
 ready-list entry; its WQE is read again at the next turn. Under CONTROL.RELIABLE an RC QP stops at the
 requester's holds (window, ``max_rd_atomic``, FENCE, an RNR wait): its turn ends and it is *parked*,
-its offset kept beside its scheduled bit until a doorbell queues it again.
+its offset kept beside its scheduled bit until a doorbell queues it again. The requester's results
+(``upd``) are applied between turns too (:mod:`.update_states`): its fields, a move of the send pointer
+(a queued QP is then marked *rewound*: one bit per QP in flip-flops, its next turn starts at offset 0),
+and the QP queued again.
 
 The blocks (one file each): :class:`.ready_list.ReadyList`, :class:`.wqe_fetch.WqeFetch`,
 :class:`.wqe_check.WqeCheck`, :class:`.segment.Segmenter`, the completion writer, and the control
