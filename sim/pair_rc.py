@@ -27,6 +27,7 @@ from cocotb.triggers import ClockCycles
 
 from ..model.qpc import CACHED_BYTES, RECORD_BYTES, QpContext
 from ..model.regs import REG
+from ..model.requester import REQ_COUNTS
 from .link import Link
 from .loopback import Loopback
 from .pair_tb import RamView, Side, compare_state, flush, ring, start
@@ -204,5 +205,6 @@ async def run_free(dut, rng: random.Random, a: Side, b: Side, lb: Loopback, *, t
         t.cancel()
     await flush(dut, sides)
     problems += lb.check({"a": RamView(a.ram), "b": RamView(b.ram)})
+    counts = {name: {n: await side.reg(f"REQ_{n.upper()}") for n in REQ_COUNTS} for name, side in sides.items()}
     return {"problems": problems, "clocks": clocks, "sent": {"a": list(a.sent), "b": list(b.sent)},
-            "links": {k: dict(v.counts) for k, v in links.items()}}
+            "links": {k: dict(v.counts) for k, v in links.items()}, "requester": counts}
