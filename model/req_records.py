@@ -26,6 +26,8 @@ REQ_TABLE: tuple[tuple[str, int, int, str], ...] = (
     ("sq_acked", 0, 16, "send-queue index of the oldest WQE not yet completed"),
     ("wqe_psn", 16, 24, "first PSN of the WQE at `sq_acked`"),
     ("rnr_code", 40, 5, "RNR timer code of the RNR NAK being waited out"),
+    ("retrying", 45, 1, "a go-back is under way: until `una_psn` moves, a response that would start another "
+     "is ignored (`RETRYING`; a timeout still goes back), as rxe's `started_retry`"),
     ("high_psn", 48, 24, "the PSN after the last one sent before the latest go-back (or `una_psn` if later): "
      "responses up to it still count"),
     # --- bytes 12..31: reserved (the local ACK timeout is the QP context's `ack_timeout`) ---
@@ -45,6 +47,7 @@ class ReqContext(FieldRecord):
     sq_acked: int = 0
     wqe_psn: int = 0
     rnr_code: int = 0
+    retrying: int = 0
     high_psn: int = 0
 
 

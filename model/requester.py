@@ -308,6 +308,7 @@ class Requester:
         if una != ctx.una_psn:
             ctx.una_psn = una
             ctx.retry_cnt, ctx.rnr_retry_cnt = ctx.retry_limit, ctx.rnr_limit
+            req.retrying = 0
             if psn_delta(una, req.high_psn) > 0:
                 req.high_psn = una
         self._pull_forward(qpn, ctx, req)
@@ -335,14 +336,16 @@ class Requester:
 
     def _go_back(self, qpn, ctx, req) -> bool:
         """Retransmit from ``una_psn`` (a sequence NAK, an implied NAK, a READ response or atomic ACK past
-        the one expected); False if a retry is already under way (nothing sent past ``una_psn`` since the
-        last go-back). Uses up one retry."""
-        if psn_delta(ctx.next_psn, ctx.una_psn) <= 0:
+        the one expected); False if a retry is already under way: one started and ``una_psn`` has not moved
+        since (the responses still in flight from before it would each start another and use up the
+        retries: rxe's ``started_retry``), or nothing was sent past ``una_psn``. Uses up one retry."""
+        if psn_delta(ctx.next_psn, ctx.una_psn) <= 0 or req.retrying:
             return False
         if ctx.retry_cnt == 0:
             raise _Fatal(CqeStatus.RETRY_EXC_ERR)
         ctx.retry_cnt -= 1
         self.counts["retransmits"] += 1
+        req.retrying = 1
         self._rewind(qpn, ctx, req)
         return True
 
@@ -432,6 +435,7 @@ class Requester:
                 raise _Fatal(CqeStatus.RETRY_EXC_ERR)
             ctx.retry_cnt -= 1
             self.counts["retransmits"] += 1
+            req.retrying = 1
             self._rewind(qpn, ctx, req)
         except _Fatal as fatal:
             self._fail(qpn, ctx, req, fatal.status)

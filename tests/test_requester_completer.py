@@ -94,6 +94,10 @@ def _mutate(rng: random.Random, job: Job) -> Job:
     if rng.random() < 0.3:                              # retries partly used up
         job.ctx.retry_cnt = rng.randrange(job.ctx.retry_limit + 1)
         job.ctx.rnr_retry_cnt = rng.randrange(job.ctx.rnr_limit + 1)
+    if rng.random() < 0.2:                              # a go-back under way, or none
+        rec = bytearray(job.record)
+        rec[5] ^= 0x20                                  # retrying: record bit 45
+        job.record = bytes(rec)
     if rng.random() < 0.1:                              # the QP has no local ACK timer
         job.ctx.ack_timeout = 0
     elif rng.random() < 0.1:                            # a long one (the delay saturates at 2^31 - 1 ticks)

@@ -234,7 +234,7 @@ class Completer(wiring.Component):
                         fail(CqeStatus.RETRY_EXC_ERR)
                     with m.Else():
                         m.d.comb += cnt.retransmits.eq(1)
-                        m.d.sync += retry.eq(retry - 1)
+                        m.d.sync += [retry.eq(retry - 1), r.retrying.eq(1)]
                         m.next = "Rewind"
 
             with m.State("Classify"):
@@ -413,7 +413,7 @@ class Completer(wiring.Component):
             # --- progress, retry, failure -----------------------------------------------------------------
             with m.State("Advance"):                    # una_psn moves on to adv_to; then pull forward
                 with m.If(adv_to != una):
-                    m.d.sync += [una.eq(adv_to), retry.eq(c.retry_limit), rnr.eq(c.rnr_limit)]
+                    m.d.sync += [una.eq(adv_to), retry.eq(c.retry_limit), rnr.eq(c.rnr_limit), r.retrying.eq(0)]
                     with m.If(behind(r.high_psn, adv_to)):
                         m.d.sync += r.high_psn.eq(adv_to)
                 m.d.sync += [wake.eq(1), touched.eq(1), dirty.eq(1)]
@@ -426,7 +426,8 @@ class Completer(wiring.Component):
                 go_ret()
 
             with m.State("GoBack"):                     # retransmit from una_psn
-                with m.If(~behind(una, nxt)):          # nothing sent past una_psn since the last go-back
+                # a go-back under way (una_psn has not moved since), or nothing sent past una_psn
+                with m.If(~behind(una, nxt) | r.retrying):
                     with m.If(gb_drop == 1):
                         drop(RespDrop.RETRYING)
                     with m.If(gb_drop == 2):
@@ -438,7 +439,7 @@ class Completer(wiring.Component):
                     with m.If(gb_drop == 2):
                         drop(RespDrop.AHEAD)
                     m.d.comb += cnt.retransmits.eq(1)
-                    m.d.sync += retry.eq(retry - 1)
+                    m.d.sync += [retry.eq(retry - 1), r.retrying.eq(1)]
                     m.next = "Rewind"
             with m.State("Rewind"):                     # the send pointer back to the oldest unacked WQE
                 m.d.sync += [r.high_psn.eq(sent_end), nxt.eq(r.wqe_psn), sq_ci.eq(r.sq_acked), rd.eq(0),

@@ -293,8 +293,9 @@ def test_lossy_links_deliver_every_message_once(loss, service):
         rng = random.Random(s * 100 + k)
         mtu = rng.choice([256, 1024])
         # RC exhausting its 7 retries is a correct outcome the scoreboard calls lost. Measured over 6 x 40 to
-        # 6 x 100 seeds: 10 % loss and duplicates with 10 % corruption, 1 loopback in 240 did; with 5 %, 1 in
-        # 600; with none, 0 in 360; 5 % of each, 0 in 240. So RC at 10 % loss has no corruption here
+        # 6 x 100 seeds: 10 % loss and duplicates with 10 % corruption, 1 loopback in 240 did (on timeouts:
+        # a READ and its responses all lost again and again); with 5 %, 1 in 600; with none, 0 in 360; 5 % of
+        # each, 0 in 240. So RC at 10 % loss has no corruption here
         corrupt = 0 if service == ServiceType.RC and loss > 0.05 else loss
         knobs = LinkKnobs(loss=loss, dup=loss, corrupt=corrupt, reorder=rng.choice([0, 3]) if loss else 0)
         lb = Loopback(random_messages(rng, 15, mtu, service), random_messages(rng, 8, mtu, service), service=service,
