@@ -89,3 +89,11 @@ def test_soak_loopback(tmp_path, capsys):
     assert "0 mismatches, 0 problems" in out
     summary = json.loads((tmp_path / "soak-loopback-1.json").read_text())
     assert summary["totals"]["workloads"] == 1 and summary["totals"]["messages"] > 0
+
+
+@pytest.mark.slow
+def test_rtl_rc_beside_the_model(tmp_path, capsys):
+    """The RC example on two RTL engines in lockstep with the model, over a lossy link."""
+    assert main(["loopback", str(EXAMPLE), "--out", str(tmp_path), "--loss", "0.05", "--dup", "0.05", "--rtl"]) == 0
+    out = capsys.readouterr().out
+    assert "RTL and model agree" in out and "arrived once, in order" in out
