@@ -415,7 +415,7 @@ class Requester:
             if not before.req_wait:
                 self._arm(qpn, TimerKind.RNR, rnr_ticks(self.read_req(qpn).rnr_code))
         elif ctx.una_psn != before.una_psn:
-            if self._outstanding(ctx, self.read_req(qpn)) and ctx.ack_timeout:
+            if ctx.ack_timeout and self._outstanding(ctx, self.read_req(qpn)):
                 self._arm(qpn, TimerKind.ACK, ack_timeout_ticks(ctx.ack_timeout))
             else:
                 self._disarm(qpn)

@@ -59,12 +59,9 @@ async def _settle(dut, side: Side) -> int:
 
 async def _kick(side: Side, node, qpn: int, rnr: int) -> None:
     """REQ_TIMER for ``qpn`` on the model node and on the RTL engine."""
-    for regs in (node.engine, None):
-        for name, value in (("DB_QPN", qpn), ("REQ_TIMER", rnr)):
-            if regs is not None:
-                regs.write_reg(REG[name].offset, value)
-            else:
-                await side.write(name, value)
+    for name, value in (("DB_QPN", qpn), ("REQ_TIMER", rnr)):
+        node.engine.write_reg(REG[name].offset, value)
+        await side.write(name, value)
 
 
 def _take(side: Side) -> list[bytes]:

@@ -21,6 +21,7 @@ from ..hdl.narrow import NarrowPort
 from ..hdl.qp_cache import QpCache, ack_layout, ctrl_layout
 from ..hdl.receive.path import PATH_COUNTS, ReceivePath
 from ..hdl.receive.responder import resp_layout
+from ..hdl.regs import rq_doorbell_layout
 from ..model.qpc import QpcCacheConfig
 from ..model.receive import DropReason
 from ..model.regs import SGID_ENTRIES
@@ -38,7 +39,7 @@ class RxTop(wiring.Component):
         self.cache_cfg = QpcCacheConfig(tag_width=1, qpn_bits=max(1, (max_qps - 1).bit_length()))
         super().__init__({
             "s_axis": In(AXIStreamSignature(width, user_width=1)),
-            "rq_doorbell": In(stream.Signature(data.StructLayout({"qpn": 24, "pi": 16, "timer": 1}))),
+            "rq_doorbell": In(stream.Signature(rq_doorbell_layout)),
             "m_axi": Out(AXI4Signature(addr_width=64, data_width=width, id_width=6)),
             "resp": Out(stream.Signature(resp_layout)),
             "ib": In(1), "mac": In(48), "lid": In(16),

@@ -10,14 +10,14 @@ starts at offset 0), and a woken QP with work and no RNR wait is queued. ``upd``
 completer's next job reads a context that holds this one.
 """
 
-from amaranth import Cat, Const, Mux, Signal
+from amaranth import Cat, Signal
 from amaranth.hdl import Assert
 from amaranth.lib.fifo import SyncFIFOBuffered
 
 from ...model.timers import TimerKind
-from ..requester.layouts import timer_layout
-
 from ..qp_cache import Op, QpState
+from ..requester.layouts import timer_layout
+from ..requester.timers import ack_ticks
 
 __all__ = ["UpdateStates"]
 
@@ -41,7 +41,7 @@ class UpdateStates:
         m.submodules.timer_fifo = fifo = SyncFIFOBuffered(width=timer_layout.size, depth=4)
         at_una, ticks = Signal(), Signal(31)
         m.d.sync += [at_una.eq(self.rel & (self.issue_psn == ctx.una_psn) & (ctx.ack_timeout != 0)),
-                     ticks.eq(Mux(ctx.ack_timeout >= 29, (1 << 31) - 1, Const(4, 33) << ctx.ack_timeout))]
+                     ticks.eq(ack_ticks(ctx.ack_timeout))]
         cmd = Signal(timer_layout)
         m.d.comb += [cmd.qpn.eq(self.qpn), cmd.arm.eq(1), cmd.kind.eq(TimerKind.ACK), cmd.delay.eq(ticks),
                      fifo.w_data.eq(cmd), fifo.w_en.eq(self.info.w_en & at_una),

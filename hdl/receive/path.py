@@ -14,6 +14,7 @@ from ...model.responder import COUNT_NAMES, RxDrop
 from ..bus import AXI4Signature, AXIStreamSignature
 from ..completion import CqClientSignature, CqShare, err_layout
 from ..qp_cache import request_layout, response_layout
+from ..regs import rq_doorbell_layout
 from ..requester.completer import Completer
 from ..requester.layouts import timer_layout, upd_layout
 from ..requester.timers import TimerTable
@@ -93,7 +94,7 @@ class ReceivePath(wiring.Component):
         self.width, self.max_qps, self.cache, self.max_mtu = width, max_qps, cache, max_mtu
         super().__init__({
             "s_axis": In(AXIStreamSignature(width, user_width=1)),
-            "rq_doorbell": In(stream.Signature(data.StructLayout({"qpn": 24, "pi": 16, "timer": 1}))),
+            "rq_doorbell": In(stream.Signature(rq_doorbell_layout)),
             "m_axi_write": Out(AXI4Signature(data_width=width)),
             "m_axi_host": Out(AXI4Signature(data_width=width)),
             "qpc_req": Out(stream.Signature(request_layout(cache))),
@@ -212,7 +213,6 @@ class ReceivePath(wiring.Component):
         m.d.comb += self.err.eq(Mux(cq.err.valid, cq.err, Mux(r.err.valid, r.err, comp.err)))
         m.d.sync += Assert((cq.err.valid + r.err.valid + comp.err.valid) <= 1,
                            "receive path: two error reports in one clock\n")
-        cc = comp.count
         for n in ENGINE_COUNTS:
             extra = {"bus_errors": cq.inc_bus_errors + cc.bus_errors, "wqe_errors": cc.wqe_errors,
                      "flush_count": cc.flush_count}.get(n, 0)

@@ -23,6 +23,7 @@ from ...model.wqe import MAX_MESSAGE
 from ..completion import CqOp, cq_cmd_layout, err_layout
 from ..descriptor import DescriptorLayout
 from ..qp_cache import Op, QpState, Status, request_layout, response_layout
+from ..regs import rq_doorbell_layout
 from ..requester.layouts import job_layout, place_layout
 from .host_access import host_cmd_layout, host_resp_layout
 from .layouts import result_layout
@@ -103,7 +104,7 @@ class Responder(wiring.Component):
         self.max_qps, self.max_mtu, self.cache_cfg = max_qps, int(max_mtu), cache
         super().__init__({
             "result": In(stream.Signature(result_layout())),
-            "rq_db": In(stream.Signature(data.StructLayout({"qpn": 24, "pi": 16, "timer": 1}))),
+            "rq_db": In(stream.Signature(rq_doorbell_layout)),
             "qpc_req": Out(stream.Signature(request_layout(cache))),
             "qpc_resp": In(stream.Signature(response_layout(cache))),
             "host_cmd": Out(stream.Signature(host_cmd_layout)),

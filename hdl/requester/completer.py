@@ -24,6 +24,7 @@ from ..completion import CqClientSignature, CqOp, err_layout
 from ..engine.layouts import in_set, wqe_layout
 from ..receive.host_access import host_cmd_layout, host_resp_layout
 from .check import RespCheck, WalkStep, behind
+from .timers import ack_ticks
 from .layouts import JobKind, counts_layout, job_layout, place_layout, record_layout, timer_layout, upd_layout
 
 __all__ = ["Completer"]
@@ -514,7 +515,6 @@ class Completer(wiring.Component):
             tm_go = Signal()
             with m.State("Timer"):
                 rc_rts = (c.service == ServiceType.RC) & (c.state.as_value() == QpState.RTS)
-                ack_ticks = Mux(c.ack_timeout >= 29, (1 << 31) - 1, Const(4, 33) << c.ack_timeout)
                 rnr_table = Array(Const(rnr_ticks(code), 20) for code in range(len(RNR_TIMER_US)))
                 m.d.sync += [tm.qpn.eq(j.qpn), tm.arm.eq(0), tm.kind.eq(TimerKind.ACK), tm.delay.eq(0), tm_go.eq(0)]
                 with m.If(~rc_rts):
@@ -528,7 +528,7 @@ class Completer(wiring.Component):
                 with m.Elif(una != c.una_psn):
                     m.d.sync += tm_go.eq(1)
                     with m.If(behind(una, sent_end) & (c.ack_timeout != 0)):
-                        m.d.sync += [tm.arm.eq(1), tm.delay.eq(ack_ticks)]
+                        m.d.sync += [tm.arm.eq(1), tm.delay.eq(ack_ticks(c.ack_timeout))]
                 m.next = "TimerGo"
             with m.State("TimerGo"):
                 m.d.comb += [self.timer.valid.eq(tm_go), self.timer.payload.eq(tm)]

@@ -1,14 +1,14 @@
 """Per-QP timers in one memory, scanned (:class:`rnic.model.timers.TimerTable` in logic)."""
 
-from amaranth import Module, Mux, Signal
+from amaranth import Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
-from ...model.timers import DEADLINE_BITS
+from ...model.timers import DEADLINE_BITS, ack_timeout_ticks
 
-__all__ = ["TimerTable", "cmd_layout", "expired_layout"]
+__all__ = ["TimerTable", "cmd_layout", "expired_layout", "ack_ticks"]
 
 
 def cmd_layout(max_qps: int) -> data.StructLayout:
@@ -18,6 +18,14 @@ def cmd_layout(max_qps: int) -> data.StructLayout:
 
 def expired_layout(max_qps: int) -> data.StructLayout:
     return data.StructLayout({"qpn": ceil_log2(max_qps), "kind": 1})
+
+
+def ack_ticks(timeout):
+    """The local ACK timeout ``timeout`` (a QP context's ``ack_timeout``, not 0) in ticks, as
+    :func:`rnic.model.timers.ack_timeout_ticks`: ``4 << timeout``, saturating at ``2**31 - 1``."""
+    top = (1 << (DEADLINE_BITS - 1)) - 1
+    cap_from = next(t for t in range(1, 64) if ack_timeout_ticks(t) == top)
+    return Mux(timeout >= cap_from, top, Const(4, 33) << timeout)
 
 
 _entry = data.StructLayout({"armed": 1, "kind": 1, "deadline": DEADLINE_BITS})
