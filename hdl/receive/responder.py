@@ -324,6 +324,21 @@ class Responder(wiring.Component):
             with m.If(cache_req.ready):
                 m.next = then
 
+        def lookup_states(name, on_ok, on_fail):
+            """States ``name``-Req and ``name``-Resp: this frame's QP looked up in the cache and its context
+            loaded; then ``on_ok()``, or after a bus error (BUS_QPC reported) ``on_fail()``."""
+            with m.State(f"{name}-Req"):
+                cache_request(Op.LOOKUP, f"{name}-Resp")
+            with m.State(f"{name}-Resp"):
+                m.d.comb += cache_resp.ready.eq(1)
+                with m.If(cache_resp.valid):
+                    load_ctx(cache_resp.payload.record)
+                    with m.If(cache_resp.payload.status != Status.OK):
+                        bus_error(ErrBit.BUS_QPC)
+                        on_fail()
+                    with m.Else():
+                        on_ok()
+
         def write_rx(back):
             wret.call("Wrx-Pre", back)
 
@@ -383,18 +398,10 @@ class Responder(wiring.Component):
                 with m.Else():
                     m.next = "Qpc-Req"
 
-            with m.State("Qpc-Req"):
-                cache_request(Op.LOOKUP, "Qpc-Resp")
-            with m.State("Qpc-Resp"):
-                m.d.comb += cache_resp.ready.eq(1)
-                with m.If(cache_resp.valid):
-                    load_ctx(cache_resp.payload.record)
-                    with m.If(cache_resp.payload.status != Status.OK):
-                        bus_error(ErrBit.BUS_QPC)
-                        drop(RxDrop.QPC_BUS_ERROR)
-                    with m.Else():
-                        host_read(rx_addr, RECV_QPC_BYTES)
-                        hret.call("Host", "Rx-Got")
+            def read_rx(then):
+                host_read(rx_addr, RECV_QPC_BYTES)
+                hret.call("Host", then)
+            lookup_states("Qpc", lambda: read_rx("Rx-Got"), lambda: drop(RxDrop.QPC_BUS_ERROR))
 
             # the shared host access: the command registered by the caller, the answer in hdata / herr
             with m.State("Host"):

@@ -8,7 +8,7 @@ from __future__ import annotations
 from ...model.recv_records import RECV_QPC_BYTES, RecvOpcode
 from ...model.regs import ErrBit
 from ...model.wqe import CqeStatus
-from ..qp_cache import Op, QpState, Status
+from ..qp_cache import QpState
 
 
 def refuse_bad_qpn(b, then: str) -> None:
@@ -23,7 +23,7 @@ def doorbell_states(b):
     c = b.c
     m, qpn, ctx, rx, db_pi, fstatus = b.m, b.qpn, b.ctx, b.rx, b.db_pi, b.fstatus
     hret, herr, hdata, host_read, rx_addr, bus_error = b.hret, b.herr, b.hdata, b.host_read, b.rx_addr, b.bus_error
-    cache_resp, cqe, cq, cret, sret, write_rx = b.cache_resp, b.cqe, b.cq, b.cret, b.sret, b.write_rx
+    cqe, cq, cret, sret, write_rx = b.cqe, b.cq, b.cret, b.sret, b.write_rx
 
     def refuse_count():
         m.d.sync += c.inc.db_errors.eq(1)
@@ -34,19 +34,14 @@ def doorbell_states(b):
             refuse_bad_qpn(b, "Db-End")
         with m.Else():
             m.next = "Db-Req"
-    with m.State("Db-Req"):
-        b.cache_request(Op.LOOKUP, "Db-Resp")
-    with m.State("Db-Resp"):
-        m.d.comb += cache_resp.ready.eq(1)
-        with m.If(cache_resp.valid):
-            b.load_ctx(cache_resp.payload.record)
-            with m.If(cache_resp.payload.status != Status.OK):
-                bus_error(ErrBit.BUS_QPC)
-                refuse_count()
-                m.next = "Db-End"
-            with m.Else():
-                host_read(rx_addr, RECV_QPC_BYTES)
-                hret.call("Host", "Db-Got")
+    def refused():
+        refuse_count()
+        m.next = "Db-End"
+
+    def read_rx():
+        host_read(rx_addr, RECV_QPC_BYTES)
+        hret.call("Host", "Db-Got")
+    b.lookup_states("Db", read_rx, refused)
     with m.State("Db-Got"):
         with m.If(herr):
             bus_error(ErrBit.BUS_QPC)

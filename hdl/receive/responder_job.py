@@ -18,8 +18,7 @@ from __future__ import annotations
 
 from amaranth import Mux
 
-from ...model.regs import ErrBit
-from ..qp_cache import Op, QpState, Status
+from ..qp_cache import QpState
 from ..requester.layouts import JobKind
 from .responder_doorbell import refuse_bad_qpn
 
@@ -38,17 +37,11 @@ def job_states(b):
             refuse_bad_qpn(b, "Finish")
         with m.Else():
             m.next = "Tm-Req"
-    with m.State("Tm-Req"):
-        b.cache_request(Op.LOOKUP, "Tm-Resp")
-    with m.State("Tm-Resp"):
-        m.d.comb += b.cache_resp.ready.eq(1)
-        with m.If(b.cache_resp.valid):
-            b.load_ctx(b.cache_resp.payload.record)
-            with m.If(b.cache_resp.payload.status != Status.OK):
-                b.bus_error(ErrBit.BUS_QPC)
-                m.next = "Finish"
-            with m.Else():
-                m.next = "Tm-Job"
+    def goto(state):
+        def f():
+            m.next = state
+        return f
+    b.lookup_states("Tm", goto("Tm-Job"), goto("Finish"))
     with m.State("Tm-Job"):
         p = job.payload
         m.d.comb += [job.valid.eq(1), p.kind.eq(Mux(b.db_pi[0], JobKind.RNR_DONE, JobKind.TIMEOUT)), p.qpn.eq(qpn),
