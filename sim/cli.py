@@ -90,9 +90,9 @@ def _cmd_loopback(args) -> int:
 
 def _cmd_soak_loopback(args) -> int:
     from .soak_loopback import TOTALS, run_soak_loopback
-    for name, default in (("shard", None), ("recipe", None), ("jobs", 1), ("batch", 4)):
+    for name, default in (("shard", None), ("recipe", None), ("batch", 4)):
         if getattr(args, name) != default:
-            raise ValueError(f"--loopback runs one simulator on one machine: it takes no --{name}")
+            raise ValueError(f"--loopback takes no --{name} (its workloads are small and run in one build; --jobs J runs J at once)")
     if args.cycles is not None and args.workloads is not None:
         raise ValueError("give --cycles or --workloads, not both")
     if not 0 <= args.loss <= 1:
@@ -104,7 +104,7 @@ def _cmd_soak_loopback(args) -> int:
         only = int(args.only)
     cycles = args.cycles if args.cycles is not None or args.workloads is not None or only is not None else 200_000
     s = run_soak_loopback(args.seed, args.loss, cycles if only is None else None, args.workloads, only,
-                          Path(args.out) if args.out else None, status=_status)
+                          Path(args.out) if args.out else None, status=_status, jobs=max(1, args.jobs))
     for w in s["workloads"]:
         print(f"workload {w['index']:>4} ({w['mode']}, MTU {w['mtu']}, {w['qps']} QP pairs): {w['clocks']} clocks, "
               f"{w['messages']} messages, {w['retransmits']} retransmits, {w['timeouts']} timeouts, "

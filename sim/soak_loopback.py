@@ -9,11 +9,17 @@ some back. Each workload reports its clocks, frames, messages, the RTL's request
 the RTL-model mismatches and the scoreboard's findings; the run prints the totals, and with ``--out`` writes
 ``DIR/soak-loopback-<S>.json`` after every workload. A workload with a mismatch or a finding stops the run;
 ``--only I`` reruns workload ``I`` alone.
+
+``--jobs J`` runs J simulator launches at once, sharing one build: job ``j`` (1..J) runs workloads
+``j-1, j-1+J, ...`` until it has simulated ``ceil(C / J)`` clocks, logging to ``soak-loopback-sim-job<j>.log``
+and writing ``soak-loopback-<S>-job<j>.json``; the run's summary is their union, in index order.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
+import math
 import random
 import time
 from pathlib import Path
@@ -42,33 +48,53 @@ def loopback_workload(seed: int, index: int, loss: float) -> Loopback:
                     qps=rng.randint(1, 3))
 
 
-def run_soak_loopback(seed: int, loss: float, cycles: int | None, workloads: int | None, only: int | None,
-                      out: Path | None, status=print) -> dict:
-    """Build the pair (cached), run the soak in one simulator launch, return the summary (``totals``,
-    ``workloads``: one record each, ``wall_seconds``)."""
-    from ..model.config import RnicConfig
+def _launch(build, seed: int, loss: float, cycles: int | None, workloads: int | None, only: int | None,
+            start: int, stride: int, where: Path, name: str, env: dict) -> dict | None:
+    """One simulator launch running workloads ``start, start + stride, ...``; its summary, or None if it
+    stopped before its first workload ended."""
     from . import toolchain
+    result = where / f"{name}.json"
+    job = where / f"{name}-job.json"
+    job.write_text(json.dumps({"seed": seed, "loss": loss, "cycles": cycles, "workloads": workloads, "only": only,
+                               "start": start, "stride": stride, "out": str(result.resolve())}))
+    result.unlink(missing_ok=True)
+    log = where / ("soak-loopback-sim.log" if stride == 1 else f"soak-loopback-sim-job{start + 1}.log")
+    toolchain.run(build, "rnic.sim.soak_loopback_tb", seed=seed, testcase="soak_loopback", quiet=True,
+                  extra_env={"RNIC_SOAK_LOOPBACK": str(job.resolve()), **env}, log_file=log)
+    return json.loads(result.read_text()) if result.exists() else None
+
+
+def run_soak_loopback(seed: int, loss: float, cycles: int | None, workloads: int | None, only: int | None,
+                      out: Path | None, status=print, jobs: int = 1) -> dict:
+    """Build the pair (cached), run the soak in ``jobs`` simulator launches at once, return the summary
+    (``totals``, ``workloads``: one record each in index order, ``wall_seconds``)."""
+    from ..model.config import RnicConfig
     from .pair_top import build_pair
     config = RnicConfig()
     status("building the two engines with Verilator (about six minutes the first time, then cached) ...")
     build = build_pair(config)
     where = Path(out) if out is not None else build.build_dir
     where.mkdir(parents=True, exist_ok=True)
-    result = where / f"soak-loopback-{seed}.json"
-    job = where / f"soak-loopback-{seed}-job.json"
-    job.write_text(json.dumps({"seed": seed, "loss": loss, "cycles": cycles, "workloads": workloads, "only": only,
-                               "out": str(result.resolve())}))
-    result.unlink(missing_ok=True)
+    jobs = 1 if only is not None else jobs
     started = time.perf_counter()
-    toolchain.run(build, "rnic.sim.soak_loopback_tb", seed=seed, testcase="soak_loopback", quiet=True,
-                  extra_env={"RNIC_SOAK_LOOPBACK": str(job.resolve()), **config.env()},
-                  log_file=where / "soak-loopback-sim.log")
-    if not result.exists():
-        raise RuntimeError(f"the simulation stopped before its first workload ended (see {where / 'soak-loopback-sim.log'})")
-    summary = json.loads(result.read_text())
+    budget = None if cycles is None else math.ceil(cycles / jobs)
+    names = [f"soak-loopback-{seed}" if jobs == 1 else f"soak-loopback-{seed}-job{j + 1}" for j in range(jobs)]
+    args = [(build, seed, loss, budget, workloads, only, j, jobs, where, names[j], config.env()) for j in range(jobs)]
+    if jobs == 1:
+        parts = [_launch(*args[0])]
+    else:
+        status(f"{jobs} simulator launches at once (logs: {where}/soak-loopback-sim-job<j>.log) ...")
+        with concurrent.futures.ProcessPoolExecutor(jobs) as pool:
+            parts = list(pool.map(_launch, *zip(*args)))
+    if any(p is None for p in parts):
+        raise RuntimeError(f"a simulation stopped before its first workload ended (see {where}/soak-loopback-sim*.log)")
+    summary = new_summary(seed, loss)
+    for record in sorted((w for p in parts for w in p["workloads"]), key=lambda w: w["index"]):
+        add_record(summary, record)
+    summary["jobs"] = jobs
     summary["wall_seconds"] = round(time.perf_counter() - started, 1)
     if out is not None:
-        result.write_text(json.dumps(summary, indent=1))
+        (where / f"soak-loopback-{seed}.json").write_text(json.dumps(summary, indent=1))
     return summary
 
 

@@ -1,6 +1,7 @@
 """The cocotb side of ``python -m rnic.sim soak --loopback`` (:mod:`rnic.sim.soak_loopback`): workloads 0, 1,
 2, ... (or the one ``only`` names) on the two engines in lockstep with the model until the clock budget is
-spent. Reads the job from ``$RNIC_SOAK_LOOPBACK`` (JSON: seed, loss, cycles, workloads, only, out) and
+spent. Reads the job from ``$RNIC_SOAK_LOOPBACK`` (JSON: seed, loss, cycles, workloads, only, start, stride, out:
+workloads ``start, start + stride, ...``) and
 rewrites ``out`` (JSON) after every workload."""
 
 from __future__ import annotations
@@ -30,8 +31,9 @@ async def soak_loopback(dut):
     sim_tb.start_clock(dut)
     rng = random.Random(seed)
     a, b = Side(dut, "a", rng), Side(dut, "b", rng)
+    start, stride = job.get("start", 0), job.get("stride", 1)
     indices = [job["only"]] if job["only"] is not None else (
-        range(job["workloads"]) if job["workloads"] is not None else itertools.count())
+        range(start, job["workloads"], stride) if job["workloads"] is not None else itertools.count(start, stride))
     for index in indices:
         if job["cycles"] is not None and summary["totals"]["clocks"] >= job["cycles"]:
             break

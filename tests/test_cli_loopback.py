@@ -83,12 +83,15 @@ def test_soak_loopback_refuses_shards(capsys):
 
 @pytest.mark.slow
 def test_soak_loopback(tmp_path, capsys):
-    """One loopback workload of the soak on two RTL engines in lockstep with the model."""
-    assert main(["soak", "--loopback", "--workloads", "1", "--loss", "0.02", "--out", str(tmp_path)]) == 0
+    """Loopback workloads 0 and 1 of the soak, one per simulator launch (``--jobs 2``), on two RTL engines in
+    lockstep with the model."""
+    assert main(["soak", "--loopback", "--workloads", "2", "--jobs", "2", "--loss", "0.02", "--out",
+                 str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "0 mismatches, 0 problems" in out
     summary = json.loads((tmp_path / "soak-loopback-1.json").read_text())
-    assert summary["totals"]["workloads"] == 1 and summary["totals"]["messages"] > 0
+    assert [w["index"] for w in summary["workloads"]] == [0, 1] and summary["totals"]["messages"] > 0
+    assert (tmp_path / "soak-loopback-sim-job2.log").exists()
 
 
 @pytest.mark.slow
