@@ -1,5 +1,5 @@
 """Command line of ``python -m rnic.sim``: ``demo``, ``run``, ``respond``, ``loopback``, ``soak``, ``soak-report``,
-``bench``."""
+``bench``, ``bench-pair``."""
 
 from __future__ import annotations
 
@@ -146,6 +146,24 @@ def _cmd_bench_speed(args) -> int:
     return bench_speed(args)
 
 
+def _cmd_bench_pair(args) -> int:
+    from .bench_pair import PARTS, run_bench_pair, text
+    parts = [p.strip() for p in args.parts.split(",") if p.strip()]
+    unknown = set(parts) - set(PARTS)
+    if unknown or not parts:
+        raise ValueError(f"--parts: {args.parts!r}; choose from {', '.join(PARTS)}")
+    if args.seeds < 1:
+        raise ValueError(f"--seeds {args.seeds}: at least 1")
+    out = Path(args.out)
+    results = run_bench_pair(out, quick=args.quick, parts=parts, seeds=args.seeds, status=_status)
+    print(text(results, 64))
+    bad = [r for r in results if r["problems"]]
+    for r in bad:
+        print(f"{r['op']} x {r['messages']}, loss {r['loss']}, seed {r['seed']}: {r['problems'][0]}", file=sys.stderr)
+    print(f"wrote {out / 'report.md'}")
+    return 2 if bad else 0
+
+
 def _cmd_bench(args) -> int:
     from .bench import PARTS, WIDTHS, run_bench, text_tables
     from .bench_engine import ModelMismatch
@@ -251,6 +269,13 @@ def main(argv: list[str] | None = None) -> int:
                        help="comma-separated figures to measure (default all; speed is always reported)")
     add_config_arguments(bench)     # --widths sets the width of each run
     bench.set_defaults(func=_cmd_bench)
+    bp = sub.add_parser("bench-pair", help="RC between two RTL engines: goodput, goodput against loss beside the "
+                                           "go-back-N bound, latency (docs/reliability.md)")
+    bp.add_argument("--out", required=True, metavar="DIR", help="folder for the CSVs, report.md, results.json, loss.png")
+    bp.add_argument("--quick", action="store_true", help="fewer messages and one seed per loss rate")
+    bp.add_argument("--parts", default="goodput,loss,latency", help="comma-separated: goodput, loss, latency")
+    bp.add_argument("--seeds", type=int, default=3, help="runs per lossy rate (default 3)")
+    bp.set_defaults(func=_cmd_bench_pair)
     speed = sub.add_parser("bench-speed", help="simulation speed: clocks/s on the cocotbext-axi path, the fast path "
                                                "and the ceiling (docs/simulation.md)")
     speed.add_argument("--widths", help="datapath widths in bits, comma-separated (default: the configuration's)")

@@ -29,6 +29,7 @@ from .responder_pair import A_QPN, B_QPN, CQ_BASE, LOCAL_DATA, PD, RECV_MR, REMO
 __all__ = ["Message", "Loopback", "random_messages", "cq_entries"]
 
 SLOT = 0x1000               # each message's own remote bytes, receive buffer and local buffer
+RECV_SLOTS = 16             # messages each way that take a receive WQE (half the receive ring)
 
 
 @dataclass
@@ -108,6 +109,9 @@ class Loopback:
     def __post_init__(self):
         if max(len(self.messages), len(self.back)) > REMOTE_MR[3] // SLOT:
             raise ValueError(f"at most {REMOTE_MR[3] // SLOT} messages each way")
+        for msgs in (self.messages, self.back):
+            if sum(m.op in RECV_OPS for m in msgs) > RECV_SLOTS:
+                raise ValueError(f"at most {RECV_SLOTS} messages each way take a receive WQE")
         allowed = {ServiceType.RC: None, ServiceType.UC: RECV_OPS + WRITE_OPS, ServiceType.UD: RECV_OPS[:2]}
         for m in self.messages + self.back:
             ok = allowed[self.service]

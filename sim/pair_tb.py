@@ -16,6 +16,7 @@ import random
 
 import cocotb
 from cocotb.triggers import ClockCycles
+from cocotb.utils import get_time_from_sim_steps
 
 from ..model.qpc import CtrlOp, ServiceType
 from ..model.regs import RX_COUNTERS
@@ -49,9 +50,14 @@ class RamView:
         return self.ram.read(addr, n)
 
 
-async def _carry(clk, src: Side, dst: Side, link: Link, state: dict):
+def _clock(steps: int) -> int:
+    return int(get_time_from_sim_steps(steps, "ns")) // sim_tb.CLK_NS
+
+
+async def _carry(clk, src: Side, dst: Side, link: Link, state: dict, stamps: list | None = None):
     """Every frame ``src`` sends, through ``link`` into ``dst``; ``state["flush"]`` releases what the link
-    holds back (the link goes quiet)."""
+    holds back (the link goes quiet). ``stamps`` gets ``(first, last, length)`` of each frame: the clocks
+    of its first and last beat, and its bytes."""
     while True:
         if state["flush"] and link.busy:
             for f in link.deliver(everything=True):
@@ -59,20 +65,28 @@ async def _carry(clk, src: Side, dst: Side, link: Link, state: dict):
         if src.sink.empty():
             await ClockCycles(clk, 8)
             continue
-        frame = bytes((await src.sink.recv()).tdata)
+        got = await src.sink.recv()
+        frame = bytes(got.tdata)
+        if stamps is not None:
+            stamps.append((_clock(got.sim_time_start), _clock(got.sim_time_end), len(frame)))
         src.sent.append(frame)
         link.send(frame)
         for f in link.deliver():
             await dst.source.send(f)
 
 
-async def start(dut, rng: random.Random, a: Side, b: Side, lb: Loopback, writes=()) -> None:
+async def start(dut, rng: random.Random, a: Side, b: Side, lb: Loopback, writes=(), fixed_latency: int | None = None) -> None:
     """Both engines from reset with the memory of ``lb``'s nodes (random latency, stalls and sink pauses
-    from ``rng``) and their registers, then ``writes`` (``(name, value)``) on each."""
+    from ``rng``; with ``fixed_latency``, every read burst that many clocks after its AR and no stalls) and
+    their registers, then ``writes`` (``(name, value)``) on each."""
     nodes = {"a": lb.pair.a, "b": lb.pair.b}
     for side, node in ((a, nodes["a"]), (b, nodes["b"])):
-        side.ram.load(node.mem, latency=rng.choice([(0, 0), (0, 30)]), pause=rng.choice([0, 0.1]))
-        sim_tb.set_pause(side.sink, rng.choice([0, 0.2]), rng)
+        if fixed_latency is None:
+            side.ram.load(node.mem, latency=rng.choice([(0, 0), (0, 30)]), pause=rng.choice([0, 0.1]))
+            sim_tb.set_pause(side.sink, rng.choice([0, 0.2]), rng)
+        else:
+            side.ram.load(node.mem, fixed_latency=fixed_latency)
+            sim_tb.set_pause(side.sink, 0, rng)
         side.sent.clear()
     await sim_tb.reset(dut, 4, low=("a__s_axis__tvalid", "b__s_axis__tvalid"), after=2)
     for side, node in ((a, nodes["a"]), (b, nodes["b"])):

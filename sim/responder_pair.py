@@ -24,7 +24,7 @@ A_QPN, B_QPN = 1, 2
 PD = 7
 ALL = Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ | Access.REMOTE_ATOMIC
 # B's memory regions: index -> (key byte, va, length, bus address, access)
-REMOTE_MR = (3, 0x5A, 0x7000_0000, 0x10000, 0x100000, ALL)      # the target of WRITE / READ / atomics
+REMOTE_MR = (3, 0x5A, 0x7000_0000, 0x40000, 0x100000, ALL)      # the target of WRITE / READ / atomics
 RECV_MR = (4, 0xC3, 0x9000_0000, 0x20000, 0x200000, Access.LOCAL_WRITE)   # receive buffers
 LOCAL_DATA = 0x300000        # A's payload source / READ destination
 

@@ -166,12 +166,14 @@ class ControlBase:
         m, e, ctx, fetch, ready, wqe = self.m, self.e, self.ctx, self.fetch, self.ready, self.wqe
         window, prefetch_max = e.window, e.wqe_prefetch
         # nobody else waits: the turn goes on past its quota (round robin over one QP is that QP, and
-        # a turn boundary would drain the window and read the WQE again). A flip-flop, a clock late:
-        # a doorbell is seen as if it had come a clock later (doorbells wait for the turn's end
-        # anyway); the engine's own ready-list writes and draining make it 0 before they could be missed.
+        # a turn boundary would drain the window and read the WQE again). A requester update waits
+        # like a doorbell: it is applied between turns, and the receive path's completer holds its next
+        # response until then. A flip-flop, a clock late: a doorbell is seen as if it had come a clock
+        # later (doorbells wait for the turn's end anyway); the engine's own ready-list writes and
+        # draining make it 0 before they could be missed.
         self.solo = Signal()
         m.d.sync += self.solo.eq(ready.empty & ~ready.pushing & ~e.doorbell.valid & ~e.cq_doorbell.valid &
-                                 ~self.draining)
+                                 ~e.upd.valid & ~self.draining)
         # inflight < window, inflight == 0 and drain_inflight == 0 as flip-flops, set with the counters
         self.window_room, self.none_inflight, self.drain_empty = Signal(init=1), Signal(init=1), Signal(init=1)
         m.d.sync += [Assert(self.window_room == (self.inflight < window), "engine: window_room\n"),
