@@ -253,6 +253,28 @@ async def test_reliable_free(dut):
                       len(r["sent"]["b"]), r["links"])
 
 
+
+@cocotb.test()
+async def test_stream_past_the_timeout(dut):
+    """One QP streams 24 4 KiB WRITEs (96 packets, MTU 1024) on a lossless link, three times as long as its
+    local ACK timeout (4 096 clocks): the ACKs of the first messages restart the timer while the turn is
+    still sending, so nothing times out and nothing is sent twice."""
+    from rnic.sim.loopback import Message
+    from rnic.sim.pair_rc import run_free
+    seed = seed_from_env(1)
+    rng = random.Random(seed)
+    dut._log.info("seed %d (rerun with RNIC_SEED=%d)", seed, seed)
+    sim_tb.start_clock(dut)
+    a, b = Side(dut, "a", rng), Side(dut, "b", rng)
+    msgs = [Message(WqeOpcode.RDMA_WRITE, 4096, rng.randbytes(4096), signaled=rng.random() < 0.5) for _ in range(24)]
+    lb = Loopback(msgs, [], service=ServiceType.RC, mode=rng.choice(list(LinkMode)), mtu=1024, seed=seed)
+    r = await run_free(dut, rng, a, b, lb, tick=16, ack_timeout=6)
+    assert not r["problems"], f"scoreboard on the RTL's memory: {r['problems']}; requester {r['requester']}"
+    req = r["requester"]["a"]
+    assert req["timeouts"] == 0 and req["retransmits"] == 0, f"a lossless stream timed out: {req}"
+    assert len(r["sent"]["a"]) == 96, f"engine A sent {len(r['sent']['a'])} frames, not 96"
+
+
 # --- pytest side -------------------------------------------------------------------------------------
 
 @pytest.mark.slow

@@ -5,8 +5,8 @@ beside them; every run ends with the end-to-end scoreboard on the RTL's memory.
 Reads the plan from ``$RNIC_BENCH_PAIR`` (JSON: ``items``, ``out``) and rewrites ``out`` (JSON, one result
 per item) after every item. An item: ``op`` (``RDMA_WRITE``, ``RDMA_READ``, ``SEND``,
 ``RDMA_WRITE_WITH_IMM``), ``size``, ``messages``, ``mtu``, ``loss`` (each direction), ``seed``,
-``memory`` (clocks from a read burst's AR to its data), ``tick`` (TIMER_TICK) and ``ack_timeout``, and
-``poll`` (clocks between looks at the completion queues).
+``memory`` (clocks from a read burst's AR to its data), ``tick`` (TIMER_TICK), ``ack_timeout``, ``quota``
+(SCHED_QUOTA, default 16) and ``poll`` (clocks between looks at the completion queues).
 
 What a run measures, in clocks (one clock = one beat of ``W`` bits on the stream):
 
@@ -18,7 +18,8 @@ What a run measures, in clocks (one clock = one beat of ``W`` bits on the stream
   WRITE_WITH_IMM);
 * ``data_beats``, ``data_bytes``: the data direction's frames, ideal beats (``ceil(len / (W/8))``) and
   bytes; ``ack_frames``: the other direction's;
-* the requester's counters (``REQ_*``) and what the links did to the frames.
+* the requester's counters (``REQ_*``), both engines' receive counters that are not 0, and what the
+  links did to the frames.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from cocotb.utils import get_sim_time
 from ..model.config import RnicConfig
 from ..model.descriptor import LinkMode
 from ..model.qpc import CACHED_BYTES, RECORD_BYTES, QpContext, ServiceType
+from ..model.regs import RX_COUNTERS
 from ..model.requester import REQ_COUNTS
 from ..model.wqe import CQE_BYTES, WqeOpcode
 from . import tb as sim_tb
@@ -80,7 +82,8 @@ async def run_item(dut, a: Side, b: Side, item: dict, width: int) -> dict:
             ctx.ack_timeout = item["ack_timeout"]
             node.mem.poke(addr, ctx.pack()[:CACHED_BYTES])
     doorbells = lb.post_recvs(doorbell=False)
-    await start(dut, random.Random(item["seed"]), a, b, lb, writes=[("TIMER_TICK", item["tick"])],
+    await start(dut, random.Random(item["seed"]), a, b, lb,
+                writes=[("TIMER_TICK", item["tick"]), ("SCHED_QUOTA", item.get("quota", 16))],
                 fixed_latency=item["memory"])
     stamps = {"a": [], "b": []}
     state = {"flush": False}
@@ -119,6 +122,10 @@ async def run_item(dut, a: Side, b: Side, item: dict, width: int) -> dict:
     await flush(dut, sides)
     problems += lb.check({"a": RamView(a.ram), "b": RamView(b.ram)})
     counts = {n: await a.reg(f"REQ_{n.upper()}") for n in REQ_COUNTS}
+    rx = {}
+    for name, side in sides.items():
+        values = {n: await side.reg(n) for n, _ in RX_COUNTERS}
+        rx[name] = {n: v for n, v in values.items() if v}
     data_side = "b" if op == WqeOpcode.RDMA_READ else "a"
     ack_side = "a" if data_side == "b" else "b"
     beat = width // 8
@@ -129,7 +136,7 @@ async def run_item(dut, a: Side, b: Side, item: dict, width: int) -> dict:
             "t_done": max(done) - t0 if len(done) == qps else None, "t_recv": max(recv) - t0 if recv else None,
             "data_frames": len(data), "data_beats": sum(beats), "data_bytes": sum(n for _, _, n in data),
             "ack_frames": len(stamps[ack_side]), "ack_bytes": sum(n for _, _, n in stamps[ack_side]),
-            "payload": item["size"] * item["messages"], "requester": counts,
+            "payload": item["size"] * item["messages"], "requester": counts, "rx": rx,
             "links": {"a-to-b": dict(links["a"].counts), "b-to-a": dict(links["b"].counts)}}
 
 

@@ -312,10 +312,15 @@ class Control(ControlBase, DoorbellStates, TurnStates, IssueStates, CommitStates
         m.d.sync += [sgid_last.eq(e.sgid_index), sgid_same.eq(sgid_last == e.sgid_index)]
 
     def quota_flags(self):
-        """The quota, and the compares against it kept as flip-flops beside the counters."""
+        """The quota, and the compares against it kept as flip-flops beside the counters. While a
+        requester update waits the quota is 1: the turn ends after its next step, so the update is
+        applied (and the completer takes its next response) within a packet, not a quota, of
+        sending."""
         m, e = self.m, self.e
         self.quota = quota = Signal(17, init=1)
-        quota_in = Mux(e.quota == 0, 1, e.quota)
+        quota_in = Mux((e.quota == 0) | e.upd.valid, 1, e.quota)
+        self.quota_moves = Signal()              # the quota changes at the next edge
+        m.d.comb += self.quota_moves.eq(quota_in != quota)
         m.d.sync += quota.eq(quota_in)           # a register: off the compares
         # steps_inflight < quota as a flip-flop, set with steps_inflight from compares of its
         # current value (below_quota is exact against the quota of a clock before: quota_prev)

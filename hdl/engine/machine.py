@@ -211,7 +211,8 @@ class ControlBase:
         # burst raised or taken), and neither the prefetcher nor Peek acts on it then (acting on a
         # stale "not yet" reads a WQE past the quota, which is dropped and read again)
         self.quota_stale = quota_stale = Signal(init=1)
-        m.d.sync += quota_stale.eq(fetch.bursts_moved | self.fetching | self.info.w_en | self.info.r_en)
+        m.d.sync += quota_stale.eq(fetch.bursts_moved | self.fetching | self.info.w_en | self.info.r_en |
+                                   self.quota_moves)
         quota_read = Signal()
         quota_read_now = self.steps_inflight + fetch.pf_n + ~self.issued_last >= self.quota
         m.d.sync += quota_read.eq(quota_read_now)
