@@ -21,8 +21,9 @@ completions, not its frames.
   frames leave the sender;
 * **header bound**: payload / (W/8 × ideal beats), the goodput of a wire that is never idle;
 * **go-back-N bound** at loss ``p``: the lossless goodput × ``(1 - p) / (1 + (n - 1) p)``, the classic
-  efficiency of go-back-N when each lost data frame costs the ``n`` frames of a round trip (``n`` from the
-  lossless run: its last data beat to its last CQE, in frame times, plus the lost frame);
+  efficiency of go-back-N when each lost data frame costs the ``n`` frames of a round trip, found at once
+  (a NAK, never a timeout); ``n`` is the unloaded round trip of a lone 1 KiB WRITE (its first data beat
+  to its CQE) in frame times, plus the lost frame;
 * **latency**: doorbell write to the peer's receive CQE and to the requester's own CQE.
 
 Writes ``DIR/results.json``, ``goodput.csv``, ``loss.csv``, ``latency.csv``, ``report.md``, ``loss.png``
@@ -59,6 +60,7 @@ def plan(quick: bool = False, parts=PARTS, seeds: int = 3) -> list[dict]:
         for op in ("RDMA_WRITE", "RDMA_READ"):
             out += [{"part": "goodput", **_item(op, size, 8 if quick else 32, mtu)} for size, mtu in shapes]
     if "loss" in parts:
+        out.append({"part": "round trip", **_item("RDMA_WRITE", 1024, 1, 1024, poll=1)})
         for loss in LOSSES:
             out += [{"part": "loss", **_item("RDMA_WRITE", 4096, 16 if quick else 64, 1024, loss, seed)}
                     for seed in range(1, (1 if quick or loss == 0 else seeds) + 1)]
@@ -101,10 +103,9 @@ def _goodput(r: dict, width: int) -> dict:
 
 
 def _round_trip(r: dict) -> int:
-    """Frames in one round trip of the lossless run ``r`` (the last data beat to the last CQE, in frame
-    times, plus the lost frame itself)."""
-    frame = (r["t_last"] - r["t_first"]) / r["data_frames"]
-    return 1 + math.ceil((r["t_done"] - r["t_last"]) / frame)
+    """Frames sent in one unloaded round trip: the lone 1 KiB WRITE ``r``'s first data beat to its CQE, in
+    frame times (ideal beats), plus the lost frame itself."""
+    return 1 + math.ceil((r["t_done"] - r["t_first"]) / r["data_beats"])
 
 
 def tables(results: list[dict], width: int) -> dict[str, list[dict]]:
@@ -125,8 +126,9 @@ def tables(results: list[dict], width: int) -> dict[str, list[dict]]:
                                    "doorbell to own CQE": r["t_done"], "problems": len(r["problems"])})
     losses = [r for r in results if r["part"] == "loss"]
     base = next((r for r in losses if r["loss"] == 0), None)
-    n = _round_trip(base) if base else None
-    g0 = _goodput(base, width)["goodput"] if base else None
+    trip = next((r for r in results if r["part"] == "round trip"), None)
+    n = _round_trip(trip) if trip else None
+    g0 = _goodput(base, width)["goodput"] if base and n else None
     for loss in sorted({r["loss"] for r in losses}):
         runs = [r for r in losses if r["loss"] == loss]
         good = [_goodput(r, width)["goodput"] for r in runs]
@@ -161,14 +163,14 @@ def write_outputs(out: Path, results: list[dict], width: int, wall: float) -> No
                 w = csv.DictWriter(f, fieldnames=list(rows[0]))
                 w.writeheader()
                 w.writerows(rows)
-    losses = [r for r in results if r["part"] == "loss"]
-    base = next((r for r in losses if r["loss"] == 0), None)
+    trip = next((r for r in results if r["part"] == "round trip"), None)
     timeout = TICK * (4 << ACK_TIMEOUT)
     parts = [f"# bench-pair: RC between two RTL engines (W = {width})", "",
              f"Memory {MEMORY} clocks, local ACK timeout {timeout:,} clocks (TIMER_TICK {TICK}, ack_timeout "
              f"{ACK_TIMEOUT}), {wall} s of wall time."]
-    if base:
-        parts.append(f"Round trip of the lossless loss run: {_round_trip(base)} frames.")
+    if trip:
+        parts.append(f"Unloaded round trip (a lone 1 KiB WRITE, its first data beat to its CQE): "
+                     f"{trip['t_done'] - trip['t_first']:,} clocks, {_round_trip(trip)} frames with the lost one.")
     for name, rows in t.items():
         if rows:
             parts += ["", f"## {name}", "", _md(rows)]
@@ -187,9 +189,10 @@ def write_outputs(out: Path, results: list[dict], width: int, wall: float) -> No
         if rows[0]["go-back-N bound"] != "":
             ax.plot(xs, [r["go-back-N bound"] for r in rows], "s--", label="go-back-N bound")
         ax.set_xscale("symlog", linthresh=0.1)
+        ax.set_xticks(xs, [f"{x:g}" for x in xs])
         ax.set_xlabel("frames lost each way (%)")
         ax.set_ylabel("goodput (payload / wire)")
-        ax.set_title(f"4 KiB RDMA WRITE, MTU 1024, W = {width}, ACK timeout {timeout:,} clocks")
+        ax.set_title(f"4 KiB RDMA WRITEs, MTU 1024, W = {width}\nlocal ACK timeout {timeout:,} clocks", fontsize=10)
         ax.set_ylim(0, 1)
         ax.grid(True, alpha=0.3)
         ax.legend()

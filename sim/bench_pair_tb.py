@@ -34,13 +34,14 @@ from cocotb.utils import get_sim_time
 
 from ..model.config import RnicConfig
 from ..model.descriptor import LinkMode
-from ..model.qpc import CACHED_BYTES, RECORD_BYTES, QpContext, ServiceType
+from ..model.qpc import ServiceType
 from ..model.regs import RX_COUNTERS
 from ..model.requester import REQ_COUNTS
 from ..model.wqe import CQE_BYTES, WqeOpcode
 from . import tb as sim_tb
 from .link import Link, LinkKnobs
 from .loopback import Loopback, Message
+from .pair_rc import set_ack_timeout, wait_quiet
 from .pair_tb import RamView, Side, _carry, flush, ring, start
 from .responder_pair import CQ_RING, RCQ_RING
 
@@ -74,13 +75,8 @@ async def _watch_cq(dut, ram, base: int, count: int, every: int, found: list) ->
 
 async def run_item(dut, a: Side, b: Side, item: dict, width: int) -> dict:
     lb = bench_loopback(item)
-    nodes, sides = {"a": lb.pair.a, "b": lb.pair.b}, {"a": a, "b": b}
-    for name, node in nodes.items():
-        for qpn in lb.qpns[name]:
-            addr = node.driver._qpc(qpn)
-            ctx = QpContext.unpack(node.mem.peek(addr, RECORD_BYTES))
-            ctx.ack_timeout = item["ack_timeout"]
-            node.mem.poke(addr, ctx.pack()[:CACHED_BYTES])
+    sides = {"a": a, "b": b}
+    set_ack_timeout(lb, item["ack_timeout"])
     doorbells = lb.post_recvs(doorbell=False)
     await start(dut, random.Random(item["seed"]), a, b, lb,
                 writes=[("TIMER_TICK", item["tick"]), ("SCHED_QUOTA", item.get("quota", 16))],
@@ -102,21 +98,7 @@ async def run_item(dut, a: Side, b: Side, item: dict, width: int) -> dict:
             flow.src.driver.ring(flow.sq)
     t0 = _now()
     await ring(sides, lb, doorbells)
-    clocks = still = 0
-    last, problems = None, []
-    while True:
-        await ClockCycles(dut.clk, 500)
-        clocks += 500
-        now = (len(a.sent), len(b.sent))
-        idle = await a.reg("STATUS") & 1 and await b.reg("STATUS") & 1 and not any(l.busy for l in links.values())
-        still = still + 500 if idle and now == last else 0
-        state["flush"] = now == last
-        last = now
-        if still >= QUIET and len(done) == qps:
-            break
-        if clocks >= LIMIT:
-            problems.append(f"not finished after {LIMIT} clocks: frames sent {now}, completions {len(done)}")
-            break
+    _, problems = await wait_quiet(dut, a, b, links, state, QUIET, LIMIT, lambda: len(done) == qps)
     for t in tasks + watchers:
         t.cancel()
     await flush(dut, sides)

@@ -32,7 +32,7 @@ from .link import Link
 from .loopback import Loopback
 from .pair_tb import RamView, Side, compare_state, flush, ring, start
 
-__all__ = ["run_lockstep", "run_free"]
+__all__ = ["run_lockstep", "run_free", "set_ack_timeout", "wait_quiet"]
 
 QUIET = 100                  # clocks after a frame went in before the engine's idle bit is trusted
 STALL = 200_000
@@ -155,6 +155,37 @@ async def run_lockstep(dut, rng: random.Random, a: Side, b: Side, lb: Loopback, 
     return {"mismatches": mismatches, "problems": problems, "steps": steps}
 
 
+def set_ack_timeout(lb: Loopback, ack_timeout: int) -> None:
+    """Every QP context of ``lb``'s nodes gets local ACK timeout ``ack_timeout`` (before the engines start)."""
+    for name, node in (("a", lb.pair.a), ("b", lb.pair.b)):
+        for qpn in lb.qpns[name]:
+            addr = node.driver._qpc(qpn)
+            ctx = QpContext.unpack(node.mem.peek(addr, RECORD_BYTES))
+            ctx.ack_timeout = ack_timeout
+            node.mem.poke(addr, ctx.pack()[:CACHED_BYTES])
+
+
+async def wait_quiet(dut, a: Side, b: Side, links: dict, state: dict, quiet: int, limit: int,
+                     finished=lambda: True) -> tuple[int, list[str]]:
+    """Wait until both engines are idle, the links empty and nothing sent for ``quiet`` clocks, and
+    ``finished()``; a quiet round sets ``state["flush"]`` (the links release what they hold back).
+    Returns the clocks waited and, after ``limit`` clocks, the complaint."""
+    clocks = still = 0
+    last = None
+    while True:
+        await ClockCycles(dut.clk, 500)
+        clocks += 500
+        now = (len(a.sent), len(b.sent))
+        idle = await a.reg("STATUS") & 1 and await b.reg("STATUS") & 1 and not any(l.busy for l in links.values())
+        still = still + 500 if idle and now == last else 0
+        state["flush"] = now == last
+        last = now
+        if still >= quiet and finished():
+            return clocks, []
+        if clocks >= limit:
+            return clocks, [f"not finished after {limit} clocks: frames sent {now}"]
+
+
 async def run_free(dut, rng: random.Random, a: Side, b: Side, lb: Loopback, *, tick: int = 16,
                    ack_timeout: int = 8, quiet: int = 40_000, limit: int = 20_000_000) -> dict:
     """Run ``lb`` on the two engines alone, the link carrying frames as they come (each frame's fate drawn
@@ -163,15 +194,9 @@ async def run_free(dut, rng: random.Random, a: Side, b: Side, lb: Loopback, *, t
     empty for ``quiet`` clocks; returns ``{"problems": [...], "clocks": n, "sent": {...}, "links": {...}}``
     with the scoreboard's findings on the RTL's memory (or a stall after ``limit`` clocks)."""
     from .pair_tb import _carry
-    nodes = {"a": lb.pair.a, "b": lb.pair.b}
     sides = {"a": a, "b": b}
     doorbells = lb.post_recvs(doorbell=False)
-    for name, node in nodes.items():
-        for qpn in lb.qpns[name]:
-            addr = node.driver._qpc(qpn)
-            ctx = QpContext.unpack(node.mem.peek(addr, RECORD_BYTES))
-            ctx.ack_timeout = ack_timeout
-            node.mem.poke(addr, ctx.pack()[:CACHED_BYTES])
+    set_ack_timeout(lb, ack_timeout)
     await start(dut, rng, a, b, lb, writes=[("TIMER_TICK", tick)])
     state = {"flush": False}
     links = {"a": Link(lb.links["a-to-b"].knobs, lb.links["a-to-b"].seed, lb.flow_of),
@@ -182,22 +207,7 @@ async def run_free(dut, rng: random.Random, a: Side, b: Side, lb: Loopback, *, t
         if flow.indices:
             flow.src.driver.ring(flow.sq)
     await ring(sides, lb, doorbells)
-    clocks = still = 0
-    last = None
-    problems = []
-    while True:
-        await ClockCycles(dut.clk, 500)
-        clocks += 500
-        now = (len(a.sent), len(b.sent))
-        idle = await a.reg("STATUS") & 1 and await b.reg("STATUS") & 1 and not any(l.busy for l in links.values())
-        still = still + 500 if idle and now == last else 0
-        state["flush"] = now == last
-        last = now
-        if still >= quiet:
-            break
-        if clocks >= limit:
-            problems.append(f"not finished after {limit} clocks: frames sent {now}")
-            break
+    clocks, problems = await wait_quiet(dut, a, b, links, state, quiet, limit)
     for t in tasks:
         t.cancel()
     await flush(dut, sides)
