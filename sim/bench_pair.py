@@ -38,11 +38,14 @@ import math
 import time
 from pathlib import Path
 
+from ..model.timers import ack_timeout_ticks
+from .bench_engine import md_table
+
 __all__ = ["PARTS", "TICK", "ACK_TIMEOUT", "plan", "run_bench_pair", "tables", "write_outputs"]
 
 PARTS = ("goodput", "loss", "latency")
 TICK = 16                   # clocks per timer tick (TIMER_TICK)
-ACK_TIMEOUT = 8             # the QPs' local ACK timeout: 4 << 8 = 1 024 ticks = 16 384 clocks
+ACK_TIMEOUT = 8             # the QPs' local ACK timeout: 1 024 ticks = 16 384 clocks
 MEMORY = 50                 # clocks from a read burst's AR to its first data beat
 LOSSES = (0.0, 0.001, 0.01, 0.05)
 
@@ -145,12 +148,8 @@ def tables(results: list[dict], width: int) -> dict[str, list[dict]]:
 
 
 def _md(rows: list[dict]) -> str:
-    if not rows:
-        return ""
-    keys = list(rows[0])
-    lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
-    lines += ["| " + " | ".join(f"{r[k]:,}" if isinstance(r[k], int) else str(r[k]) for k in keys) + " |" for r in rows]
-    return "\n".join(lines)
+    cells = [[f"{v:,}" if isinstance(v, int) else v for v in r.values()] for r in rows]
+    return "\n".join(md_table(list(rows[0]), cells))
 
 
 def write_outputs(out: Path, results: list[dict], width: int, wall: float) -> None:
@@ -164,7 +163,7 @@ def write_outputs(out: Path, results: list[dict], width: int, wall: float) -> No
                 w.writeheader()
                 w.writerows(rows)
     trip = next((r for r in results if r["part"] == "round trip"), None)
-    timeout = TICK * (4 << ACK_TIMEOUT)
+    timeout = TICK * ack_timeout_ticks(ACK_TIMEOUT)
     parts = [f"# bench-pair: RC between two RTL engines (W = {width})", "",
              f"Memory {MEMORY} clocks, local ACK timeout {timeout:,} clocks (TIMER_TICK {TICK}, ack_timeout "
              f"{ACK_TIMEOUT}), {wall} s of wall time."]
@@ -200,6 +199,3 @@ def write_outputs(out: Path, results: list[dict], width: int, wall: float) -> No
         fig.savefig(out / "loss.png", dpi=120)
         plt.close(fig)
 
-
-def text(results: list[dict], width: int) -> str:
-    return "\n\n".join(f"{name}\n{_md(rows)}" for name, rows in tables(results, width).items() if rows)

@@ -5,8 +5,8 @@ beside them; every run ends with the end-to-end scoreboard on the RTL's memory.
 Reads the plan from ``$RNIC_BENCH_PAIR`` (JSON: ``items``, ``out``) and rewrites ``out`` (JSON, one result
 per item) after every item. An item: ``op`` (``RDMA_WRITE``, ``RDMA_READ``, ``SEND``,
 ``RDMA_WRITE_WITH_IMM``), ``size``, ``messages``, ``mtu``, ``loss`` (each direction), ``seed``,
-``memory`` (clocks from a read burst's AR to its data), ``tick`` (TIMER_TICK), ``ack_timeout``, ``quota``
-(SCHED_QUOTA, default 16) and ``poll`` (clocks between looks at the completion queues).
+``memory`` (clocks from a read burst's AR to its data), ``tick`` (TIMER_TICK), ``ack_timeout`` and ``poll``
+(clocks between looks at the completion queues).
 
 What a run measures, in clocks (one clock = one beat of ``W`` bits on the stream):
 
@@ -30,7 +30,6 @@ import random
 
 import cocotb
 from cocotb.triggers import ClockCycles
-from cocotb.utils import get_sim_time
 
 from ..model.config import RnicConfig
 from ..model.descriptor import LinkMode
@@ -39,18 +38,15 @@ from ..model.regs import RX_COUNTERS
 from ..model.requester import REQ_COUNTS
 from ..model.wqe import CQE_BYTES, WqeOpcode
 from . import tb as sim_tb
-from .link import Link, LinkKnobs
+from .harness import clock_now
+from .link import LinkKnobs
 from .loopback import Loopback, Message
 from .pair_rc import set_ack_timeout, wait_quiet
-from .pair_tb import RamView, Side, _carry, flush, ring, start
+from .pair_tb import RamView, Side, carry_links, flush, ring, start
 from .responder_pair import CQ_RING, RCQ_RING
 
 QUIET = 3_000           # clocks both engines idle and the links empty before a run ends
 LIMIT = 5_000_000       # clocks a run may take before it is reported as stalled
-
-
-def _now() -> int:
-    return int(get_sim_time(unit="ns")) // sim_tb.CLK_NS
 
 
 def bench_loopback(item: dict) -> Loopback:
@@ -68,7 +64,7 @@ async def _watch_cq(dut, ram, base: int, count: int, every: int, found: list) ->
     """Append the clock at which CQE ``i`` (``i < count``) of the ring at ``base`` is first seen non-zero."""
     while len(found) < count:
         if any(ram.read(base + len(found) * CQE_BYTES, CQE_BYTES)):
-            found.append(_now())
+            found.append(clock_now())
             continue
         await ClockCycles(dut.clk, every)
 
@@ -78,15 +74,10 @@ async def run_item(dut, a: Side, b: Side, item: dict, width: int) -> dict:
     sides = {"a": a, "b": b}
     set_ack_timeout(lb, item["ack_timeout"])
     doorbells = lb.post_recvs(doorbell=False)
-    await start(dut, random.Random(item["seed"]), a, b, lb,
-                writes=[("TIMER_TICK", item["tick"]), ("SCHED_QUOTA", item.get("quota", 16))],
+    await start(dut, random.Random(item["seed"]), a, b, lb, writes=[("TIMER_TICK", item["tick"])],
                 fixed_latency=item["memory"])
     stamps = {"a": [], "b": []}
-    state = {"flush": False}
-    links = {"a": Link(lb.links["a-to-b"].knobs, lb.links["a-to-b"].seed, lb.flow_of),
-             "b": Link(lb.links["b-to-a"].knobs, lb.links["b-to-a"].seed, lb.flow_of)}
-    tasks = [cocotb.start_soon(_carry(dut.clk, a, b, links["a"], state, stamps["a"])),
-             cocotb.start_soon(_carry(dut.clk, b, a, links["b"], state, stamps["b"]))]
+    links, state, tasks = carry_links(dut, a, b, lb, stamps)
     op = WqeOpcode[item["op"]]
     qps = len(lb.qpns["a"])
     done, recv = [], []
@@ -96,7 +87,7 @@ async def run_item(dut, a: Side, b: Side, item: dict, width: int) -> dict:
     for flow in lb.flows:
         if flow.indices:
             flow.src.driver.ring(flow.sq)
-    t0 = _now()
+    t0 = clock_now()
     await ring(sides, lb, doorbells)
     _, problems = await wait_quiet(dut, a, b, links, state, QUIET, LIMIT, lambda: len(done) == qps)
     for t in tasks + watchers:

@@ -147,7 +147,7 @@ def _cmd_bench_speed(args) -> int:
 
 
 def _cmd_bench_pair(args) -> int:
-    from .bench_pair import PARTS, run_bench_pair, text
+    from .bench_pair import PARTS, run_bench_pair
     parts = [p.strip() for p in args.parts.split(",") if p.strip()]
     unknown = set(parts) - set(PARTS)
     if unknown or not parts:
@@ -156,7 +156,7 @@ def _cmd_bench_pair(args) -> int:
         raise ValueError(f"--seeds {args.seeds}: at least 1")
     out = Path(args.out)
     results = run_bench_pair(out, quick=args.quick, parts=parts, seeds=args.seeds, status=_status)
-    print(text(results, 64))
+    print((out / "report.md").read_text())
     bad = [r for r in results if r["problems"]]
     for r in bad:
         print(f"{r['op']} x {r['messages']}, loss {r['loss']}, seed {r['seed']}: {r['problems'][0]}", file=sys.stderr)

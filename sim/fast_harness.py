@@ -10,11 +10,10 @@ through the same :class:`rnic.sim.harness.EngineHarness`. Import it only inside 
 from __future__ import annotations
 
 from cocotb.triggers import First, Timer
-from cocotb.utils import get_sim_time
 
 from ..model.config import RnicConfig
 from ..model.regs import REG
-from .harness import CLOCK_NS, EngineHarness, FrameTimes
+from .harness import CLOCK_NS, EngineHarness, FrameTimes, clock_now
 from .scenario import MEM_SIZE
 from .sim_top import HostBus
 
@@ -22,10 +21,6 @@ __all__ = ["FastTB", "FastDevice", "FastFrameClock"]
 
 POLL_CLOCKS = 16        # STATUS is read this often while waiting for idle
 REG_TIMEOUT = 100_000   # clocks a register access may take before the harness gives up
-
-
-def _clock_now() -> int:
-    return int(get_sim_time(unit="ns")) // CLOCK_NS
 
 
 class FastTB(EngineHarness):
@@ -51,16 +46,16 @@ class FastTB(EngineHarness):
         """Wait until register operation ``op`` completes: wake on ``notify``, and every ``every``
         clocks to call ``progress(clocks waited)``. TimeoutError after ``timeout`` clocks of
         simulated time (counted by the simulator's time, so a stopped clock cannot hang it)."""
-        start = _clock_now()
+        start = clock_now()
         while not self.bus.op_done(op):
-            waited = _clock_now() - start
+            waited = clock_now() - start
             if waited >= timeout:
                 raise TimeoutError(f"seed {self.seed}: register operation {op} not done after {timeout} clocks "
                                    f"(0x{self.bus.reg_offset(op):x})")
             step = max(1, min(every, timeout - waited))
             await First(self.dut.notify.value_change, Timer(step * CLOCK_NS, unit="ns"))
             if progress is not None:
-                progress(_clock_now() - start)
+                progress(clock_now() - start)
         resp = self.bus.op_resp(op)
         if resp:
             raise RuntimeError(f"register access at 0x{self.bus.reg_offset(op):x} answered with resp {resp}")

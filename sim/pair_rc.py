@@ -22,15 +22,13 @@ from __future__ import annotations
 
 import random
 
-import cocotb
 from cocotb.triggers import ClockCycles
 
 from ..model.qpc import CACHED_BYTES, RECORD_BYTES, QpContext
 from ..model.regs import REG
 from ..model.requester import REQ_COUNTS
-from .link import Link
 from .loopback import Loopback
-from .pair_tb import RamView, Side, compare_state, flush, ring, start
+from .pair_tb import RamView, Side, carry_links, compare_state, flush, ring, start
 
 __all__ = ["run_lockstep", "run_free", "set_ack_timeout", "wait_quiet"]
 
@@ -193,16 +191,11 @@ async def run_free(dut, rng: random.Random, a: Side, b: Side, lb: Loopback, *, t
     timeout ``ack_timeout``): no model, no software timers. Ends when both engines are idle and the links
     empty for ``quiet`` clocks; returns ``{"problems": [...], "clocks": n, "sent": {...}, "links": {...}}``
     with the scoreboard's findings on the RTL's memory (or a stall after ``limit`` clocks)."""
-    from .pair_tb import _carry
     sides = {"a": a, "b": b}
     doorbells = lb.post_recvs(doorbell=False)
     set_ack_timeout(lb, ack_timeout)
     await start(dut, rng, a, b, lb, writes=[("TIMER_TICK", tick)])
-    state = {"flush": False}
-    links = {"a": Link(lb.links["a-to-b"].knobs, lb.links["a-to-b"].seed, lb.flow_of),
-             "b": Link(lb.links["b-to-a"].knobs, lb.links["b-to-a"].seed, lb.flow_of)}
-    tasks = [cocotb.start_soon(_carry(dut.clk, a, b, links["a"], state)),
-             cocotb.start_soon(_carry(dut.clk, b, a, links["b"], state))]
+    links, state, tasks = carry_links(dut, a, b, lb)
     for flow in lb.flows:
         if flow.indices:
             flow.src.driver.ring(flow.sq)

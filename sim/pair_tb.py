@@ -26,7 +26,7 @@ from .link import Link
 from .loopback import Loopback
 from .responder_cases import memory_differs
 
-__all__ = ["Side", "RamView", "start", "ring", "flush", "compare_state", "run_loopback"]
+__all__ = ["Side", "RamView", "carry_links", "start", "ring", "flush", "compare_state", "run_loopback"]
 
 STALL = 40_000
 
@@ -73,6 +73,20 @@ async def _carry(clk, src: Side, dst: Side, link: Link, state: dict, stamps: lis
         link.send(frame)
         for f in link.deliver():
             await dst.source.send(f)
+
+
+def carry_links(dut, a: Side, b: Side, lb: Loopback, stamps: dict | None = None):
+    """Fresh links with ``lb``'s knobs and seeds (each frame meets the fate it meets in the model), each
+    direction carried by :func:`_carry`; ``stamps`` (``{"a": [], "b": []}``) gets each side's frame stamps.
+    Returns ``(links, state, tasks)``: ``state["flush"]`` releases what the links hold back, ``tasks`` are to
+    be cancelled at the end."""
+    state = {"flush": False}
+    links = {name: Link(lb.links[key].knobs, lb.links[key].seed, lb.flow_of)
+             for name, key in (("a", "a-to-b"), ("b", "b-to-a"))}
+    stamps = stamps or {"a": None, "b": None}
+    tasks = [cocotb.start_soon(_carry(dut.clk, a, b, links["a"], state, stamps["a"])),
+             cocotb.start_soon(_carry(dut.clk, b, a, links["b"], state, stamps["b"]))]
+    return links, state, tasks
 
 
 async def start(dut, rng: random.Random, a: Side, b: Side, lb: Loopback, writes=(), fixed_latency: int | None = None) -> None:
@@ -146,11 +160,7 @@ async def run_loopback(dut, rng: random.Random, a: Side, b: Side, lb: Loopback) 
     lb.rnr = 0
     lb.run()
     want = {n: [p.frame() for p in node.engine.packets] for n, node in nodes.items()}
-    state = {"flush": False}
-    links = {name: Link(lb.links[key].knobs, lb.links[key].seed, lb.flow_of)
-             for name, key in (("a", "a-to-b"), ("b", "b-to-a"))}
-    tasks = [cocotb.start_soon(_carry(dut.clk, a, b, links["a"], state)),
-             cocotb.start_soon(_carry(dut.clk, b, a, links["b"], state))]
+    links, state, tasks = carry_links(dut, a, b, lb)
     sides = {"a": a, "b": b}
     await ring(sides, lb, doorbells)
     waited, last = 0, None

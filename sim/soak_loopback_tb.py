@@ -31,7 +31,7 @@ async def soak_loopback(dut):
     sim_tb.start_clock(dut)
     rng = random.Random(seed)
     a, b = Side(dut, "a", rng), Side(dut, "b", rng)
-    start, stride = job.get("start", 0), job.get("stride", 1)
+    start, stride = job["start"], job["stride"]
     indices = [job["only"]] if job["only"] is not None else (
         range(start, job["workloads"], stride) if job["workloads"] is not None else itertools.count(start, stride))
     for index in indices:
