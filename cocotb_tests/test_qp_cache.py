@@ -115,6 +115,50 @@ async def test_back_to_back_same_qp(dut):
     tb.check_counters(exact=True)
 
 
+@cocotb.test()
+async def test_misses_overlap(dut):
+    """With ``mshrs`` slots, misses to different QPs overlap: 4 x mshrs cold lookups and updates (half of
+    them evicting dirty victims) with a 300-clock memory take about 4 memory latencies, not 4 x mshrs;
+    one slot takes them one after another. Requests for a QP being fetched merge into its slot (several
+    slots) or wait (one), requests for a victim being written back wait, and all answer what the model
+    does."""
+    tb = TB(dut, table_size=4096, latency=(1, 1))
+    await tb.reset()
+    cfg = tb.cfg
+    n_slots = cfg.mshrs
+    for q in range(cfg.entries):                                   # fill the cache with dirty entries
+        await tb.issue(Op.ADD_PSN, q, 1)
+    await tb.drain()
+    tb.mem.latency = (300, 300)
+    tb.latencies.clear()
+    k = 4 * n_slots
+    cold = [cfg.entries * (4 + i) + i % cfg.sets for i in range(k)]   # every set, none cached
+    for i, q in enumerate(cold):
+        await tb.issue(Op.SET_SQ_CI if i % 2 else Op.LOOKUP, q, i)
+    await tb.drain()
+    first = min(a for _, a, _ in tb.latencies)
+    last = max(b for _, _, b in tb.latencies)
+    took = last - first
+    dut._log.info("%d misses with %d MSHRs, 300-clock memory: %d clocks", k, n_slots, took)
+    rounds = -(-k // n_slots)
+    assert took >= rounds * 300, f"{k} misses in {took} clocks: faster than {rounds} memory latencies"
+    assert took <= rounds * 300 + 40 * k, f"{k} misses took {took} clocks: more than {rounds} memory latencies"
+    # the same QP again right behind its miss, and the victim of a miss right behind it
+    tb.mem.latency = (1, 60)
+    for i in range(int(200 * _scale())):
+        q = tb.rng.randrange(4096)
+        await tb.issue(Op.ADD_PSN, q, i)
+        await tb.issue(tb.rng.choice([Op.LOOKUP, Op.ADD_PSN]), q, i)
+        if tb.rng.random() < 0.5:
+            await tb.issue(Op.LOOKUP, tb.rng.choice(cold))
+    await tb.drain()
+    tb.check_counters(exact=False)
+    merged = tb.counters()["merged"]
+    dut._log.info("merged requests: %d", merged)
+    assert (merged > 0) == (n_slots > 1), f"{merged} requests merged with {n_slots} MSHRs"
+    await tb.final_flush_and_compare()
+
+
 async def _random_stream(dut, *, table_size, n, locality, latency, backpressure, ctrl_p, read_err_n):
     tb = TB(dut, table_size=table_size, latency=latency)
     await tb.reset()
@@ -218,7 +262,8 @@ except ImportError:       # inside the simulator
 if pytest is not None:
     # qpc-e8-fa also holds only QPNs below 2**10 (Rnic derives the tag width from max_qps)
     CONFIGS = {"qpc-e16-w4": RnicConfig().replace(qpc={"entries": 16, "ways": 4}),
-               "qpc-e8-fa": RnicConfig().replace(qpc={"entries": 8, "ways": 8, "qpn_bits": 10})}
+               "qpc-e8-fa": RnicConfig().replace(qpc={"entries": 8, "ways": 8, "qpn_bits": 10}),
+               "qpc-e16-w4-m4": RnicConfig().replace(qpc={"entries": 16, "ways": 4, "mshrs": 4})}
 
     def run_config(key, env=None, testcase=None, seed=None):
         """Build (cached) and run this module's cocotb tests on configuration ``key``."""
@@ -228,15 +273,24 @@ if pytest is not None:
         tests, fails = run_config(key, env, testcase)
         assert fails == 0, f"{fails} of {tests} cocotb tests failed"
 
-    @pytest.mark.parametrize("key", ["qpc-e16-w4", "qpc-e8-fa"])
+    @pytest.mark.parametrize("key", ["qpc-e16-w4", "qpc-e8-fa", "qpc-e16-w4-m4"])
     def test_qp_cache(key):
         _run(key, {"QPC_SCALE": "1" if key == "qpc-e16-w4" else "0.5"})
 
     CONFIGS.update({"qpc-e16-w1": RnicConfig().replace(qpc={"entries": 16, "ways": 1}),
-                    "qpc-e64-w8": RnicConfig().replace(qpc={"entries": 64, "ways": 8})})
+                    "qpc-e64-w8": RnicConfig().replace(qpc={"entries": 64, "ways": 8}),
+                    "qpc-e8-fa-m8": RnicConfig().replace(qpc={"entries": 8, "ways": 8, "qpn_bits": 10, "mshrs": 8}),
+                    "qpc-e16-w1-m2": RnicConfig().replace(qpc={"entries": 16, "ways": 1, "mshrs": 2})})
 
     @pytest.mark.slow
-    @pytest.mark.parametrize("key", ["qpc-e16-w4", "qpc-e16-w1", "qpc-e64-w8"])
+    @pytest.mark.parametrize("key", ["qpc-e8-fa-m8", "qpc-e16-w1-m2"])
+    def test_qp_cache_more(key):
+        """Every test on more MSHR geometries: as many slots as ways (every way of a set held), and
+        direct mapped (a set's one way held)."""
+        _run(key, {"QPC_SCALE": "2"})
+
+    @pytest.mark.slow
+    @pytest.mark.parametrize("key", ["qpc-e16-w4", "qpc-e16-w1", "qpc-e64-w8", "qpc-e16-w4-m4"])
     def test_qp_cache_long(key):
         """The long run: 30 000 requests over 2^16 QPs (about 2 minutes per configuration once built)."""
         _run(key, {"QPC_SCALE": "20"}, testcase="test_random_stream")

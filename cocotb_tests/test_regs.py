@@ -583,7 +583,7 @@ async def test_counters(dut):
 
 @cocotb.test()
 async def test_qpc_counters(dut):
-    """QPC_LOOKUPS .. QPC_ERRORS read the cache's counter inputs as they are, at their offsets."""
+    """QPC_LOOKUPS .. QPC_MERGED read the cache's counter inputs as they are, at their offsets."""
     from rnic.hdl.qp_cache import counters_layout
     tb = TB(dut, "qpc_counters")
     await tb.reset()

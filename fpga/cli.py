@@ -101,7 +101,8 @@ def engine_config(args: argparse.Namespace, engine=None) -> dict:
     config = {"width": c.width, "qp_cache_entries": c.qpc.entries, "qp_cache_ways": c.qpc.ways}
     config.update({key: getattr(c, key) for key in ENGINE_PARAMS})
     if c.qpc != RnicConfig().qpc:
-        config.update({"qp_cache_tag_width": c.qpc.tag_width, "qp_cache_qpn_bits": c.qpc.qpn_bits})
+        config.update({"qp_cache_tag_width": c.qpc.tag_width, "qp_cache_qpn_bits": c.qpc.qpn_bits,
+                       "qp_cache_mshrs": c.qpc.mshrs})
     return config
 
 

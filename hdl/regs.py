@@ -174,7 +174,7 @@ class RegisterBlock(wiring.Component):
     inc : ``In(inc_layout)``
         Counter increments, added every clock (32-bit counters, wrapping).
     qpc_counters : ``In(rnic.hdl.qp_cache.counters_layout)``
-        The QP context cache's counters, read through QPC_LOOKUPS .. QPC_ERRORS as they are.
+        The QP context cache's counters, read through QPC_LOOKUPS .. QPC_MERGED as they are.
     err_valid, err_bit, err_qpn, err_status : ``In(1)``, ``In(4)``, ``In(24)``, ``In(8)``
         An error report, taken in every clock ``err_valid`` is high (``EngineModel._error``). Only
         ``err_bit`` values of :class:`~rnic.model.regs.ErrBit` (0..9) are taken; others are ignored.

@@ -53,6 +53,8 @@ _DOC = {
     "qpc.tag_width": ("qpct", "Requester tag bits carried through the QP context cache.", "1 .. 32"),
     "qpc.qpn_bits": ("qpcb", "QPNs below 2^qpn_bits are cacheable (the engine uses at most log2(max_qps)).",
                      "1 .. 24"),
+    "qpc.mshrs": ("qpcm", "QP context cache misses outstanding at once (miss-status holding registers).",
+                  "1, 2, 4, 8, 16"),
 }
 
 
@@ -248,7 +250,7 @@ _FLAGS = {
     "wqe_prefetch": ("--wqe-prefetch",), "payload_queue": ("--payload-queue",), "desc_queue": ("--desc-queue",),
     "qpc.entries": ("--qpc-entries", "--qp-cache", "--cache-entries"),
     "qpc.ways": ("--qpc-ways", "--qp-cache-ways", "--cache-ways"),
-    "qpc.tag_width": ("--qpc-tag-width",), "qpc.qpn_bits": ("--qpc-qpn-bits",),
+    "qpc.tag_width": ("--qpc-tag-width",), "qpc.qpn_bits": ("--qpc-qpn-bits",), "qpc.mshrs": ("--qpc-mshrs",),
 }
 
 

@@ -51,7 +51,7 @@ CACHED_BITS = CACHED_BYTES * 8
 QPN_WIDTH = 24
 ARG_WIDTH = 24
 COUNTER_WIDTH = 32
-COUNTER_NAMES = ("lookups", "hits", "misses", "evictions", "writebacks", "errors")
+COUNTER_NAMES = ("lookups", "hits", "misses", "evictions", "writebacks", "errors", "merged")
 
 
 class QpState(enum.IntEnum):
@@ -271,12 +271,17 @@ class QpcCacheConfig:
     ``BAD_QPN`` like one beyond the table, while control operations reach every QPN of the table
     (those above the bound are never cached). ``Rnic`` passes ``log2(max_qps)``: its engine never
     requests a QPN its scheduler cannot hold, and each tag is that many bits wide, not 24.
+
+    ``mshrs`` is how many misses the RTL keeps outstanding. The model takes one request at a time and
+    does not use it: the answers are the same (a request merged into an outstanding miss gets that
+    miss's outcome), only which entries stay cached, and so the counters, may differ.
     """
 
     entries: int = 16
     ways: int = 4
     tag_width: int = 8      # requester tag carried from request to response
     qpn_bits: int = 24      # QPNs below 2**qpn_bits are cacheable
+    mshrs: int = 1          # misses outstanding at once (the RTL's miss-status holding registers)
 
     def __post_init__(self):
         if self.entries < 1 or self.entries & (self.entries - 1):
@@ -287,6 +292,8 @@ class QpcCacheConfig:
             raise ValueError(f"tag_width must be 1..32, not {self.tag_width!r}")
         if not 1 <= self.qpn_bits <= 24:
             raise ValueError(f"qpn_bits must be 1..24, not {self.qpn_bits!r}")
+        if self.mshrs not in (1, 2, 4, 8, 16):
+            raise ValueError(f"mshrs must be 1, 2, 4, 8 or 16, not {self.mshrs!r}")
 
     @property
     def sets(self) -> int:

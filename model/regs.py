@@ -76,6 +76,7 @@ _QPC_COUNTER_TEXT = {
     "evictions": "valid lines replaced by a miss",
     "writebacks": "dirty lines written back (eviction, INVALIDATE, FLUSH)",
     "errors": "requests and commands answered BAD_QPN or BUS_ERROR",
+    "merged": "requests for a QP being fetched, answered by that fetch (qpc.mshrs > 1)",
 }
 #: The QP context cache's own counters (``rnic.model.qpc.COUNTER_NAMES``, in that order), read-only
 #: at 0x140..: ``(name, description)``.

@@ -185,9 +185,10 @@ class EngineHarness:
         c = {n: await self.read_reg(f"QPC_{n.upper()}") for n, _ in QPC_COUNTERS}
         self.regs.update({f"QPC_{n.upper()}": v for n, v in c.items()})
         out = []
-        if not c["hits"] + c["misses"] <= c["lookups"] <= c["hits"] + c["misses"] + c["errors"]:
+        found = c["hits"] + c["misses"] + c["merged"]
+        if not found <= c["lookups"] <= found + c["errors"]:
             out.append(f"QPC counters: lookups {c['lookups']} != hits {c['hits']} + misses {c['misses']} "
-                       f"(+ up to {c['errors']} errors)")
+                       f"+ merged {c['merged']} (+ up to {c['errors']} errors)")
         if c["evictions"] > c["misses"]:
             out.append(f"QPC counters: {c['evictions']} evictions but only {c['misses']} misses")
         qps = len({p.qpn for p in model.packets})

@@ -1,6 +1,6 @@
 """QP context cache: on-chip copies of the active 128-byte QP context records of the host-memory table.
 
-Architecture (the shape of minerva's cache, plus one miss-status holding register):
+Architecture (the shape of minerva's cache, plus ``cfg.mshrs`` miss-status holding registers):
 
 * tags in a memory with one row per set and one QPN lane per way, read asynchronously (LUT RAM),
   valid and dirty bits in flip-flops (all ways of a set compared in one cycle), record data in
@@ -14,15 +14,17 @@ Architecture (the shape of minerva's cache, plus one miss-status holding registe
   every clock; a miss taken right behind a hit to its set waits one clock for its victim),
   ``s2_`` applies the engine update, writes the record back to the data memory and presents the
   response. A hit is answered two clocks after the request is accepted, one request per clock;
-* one MSHR (``mshr_``): a miss hides its victim way, reads the victim's 16 mutable bytes from
-  ``mut_mem`` (their copy with a read port of its own), fetches the record's cached bytes with one
-  10-beat AXI4 burst and, in parallel, writes the victim's mutable bytes back (2-beat burst) if it
-  is dirty. Hits to other QPs keep flowing meanwhile; a second miss waits in ``s1_``. When both
-  bursts are done
-  the MSHR installs the tag and injects the fill into ``s2_``, which answers the request. Responses
-  can therefore overtake each other: they carry the requester's tag;
+* ``cfg.mshrs`` MSHRs (:mod:`.mshr`): a miss takes one, hides its victim way, reads the victim's 16
+  mutable bytes from ``mut_mem`` (their copy with a read port of its own), fetches the record's cached
+  bytes with one 10-beat AXI4 burst and, in parallel, writes the victim's mutable bytes back (2-beat
+  burst) if it is dirty. Hits to other QPs keep flowing meanwhile; with one MSHR a second miss waits
+  in ``s1_``, with several it takes the next one (fetches of one AXI ID, so their data comes back and
+  installs in allocation order), and a request for a QP being fetched merges into its MSHR. When
+  both bursts are done the MSHR installs the tag and injects the fill into ``s2_``, which answers
+  the request (then its merged requests). Responses can therefore overtake each other: they carry
+  the requester's tag;
 * a control FSM for MODIFY / INVALIDATE / FLUSH that stops accepting requests, waits until the
-  pipeline and the MSHR are empty, then owns the tags, the data memory and the AXI write channel,
+  pipeline and the MSHRs are empty, then owns the tags, the data memory and the AXI write channel,
   so software's changes and the engine's updates are strictly ordered.
 
 The counters count a clock after their events (a control operation's error as its ``ack`` transfers).

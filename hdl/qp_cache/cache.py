@@ -10,7 +10,7 @@ from ..bus import AXI4Signature
 from .control import control_compare, control_fsm
 from .layouts import ack_layout, counters_layout, ctrl_layout, request_layout, response_layout
 from .lookup import compares, s1_decide, victims
-from .mshr import allocate, capture_victim, fetch_install
+from .mshr import allocate, allocation_gate, capture_victim, fetch_install, merge
 from .respond import s2_load, s2_update
 from .shared import Shared
 from .write_back import write_back_entry, write_engine
@@ -62,7 +62,7 @@ class QpCache(wiring.Component):
     m_axi : ``Out(AXI4Signature(addr_width=64, data_width=64, id_width=4))``
         Host memory. One read and one write burst outstanding at most; ID 0.
     counters : ``Out(counters_layout)``
-        Free-running 32-bit counters: lookups, hits, misses, evictions, writebacks, errors.
+        Free-running 32-bit counters: lookups, hits, misses, evictions, writebacks, errors, merged.
     """
 
     def __init__(self, cfg: QpcCacheConfig):
@@ -90,8 +90,10 @@ class QpCache(wiring.Component):
         write_back_entry(m, sh)           # wb_idx: the MSHR's victim or the control FSM's entry
         compares(m, sh)                   # s0, and the compares s1 decides from
         victims(m, sh)                    # each set's victim, registered
+        allocation_gate(m, sh)            # whether a miss may allocate a slot
         s1_decide(m, sh)                  # s1 advances / allocates; req.ready
-        s2_load(m, sh)                    # s2 loads the install or s1's request
+        s2_load(m, sh)                    # s2 loads the install, a replay or s1's request
+        merge(m, sh)                      # merged requests, and their replay
         allocate(m, sh)                   # the MSHR follows s1 until a miss allocates it
         s2_update(m, sh)                  # s2 updates, writes back, responds
         capture_victim(m, sh)             # the victim's mutable bytes and write-back

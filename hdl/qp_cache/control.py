@@ -1,6 +1,6 @@
 """The control path of the QP context cache: MODIFY / INVALIDATE / FLUSH from the ``ctrl`` port.
 
-The control FSM stops accepting requests, waits until the pipeline, the MSHR and the write engine
+The control FSM stops accepting requests, waits until the pipeline, the MSHRs and the write engine
 are empty, then owns the tags, the data memory and the AXI write channel, so software's changes
 and the engine's updates are strictly ordered. :func:`control_fsm` has its state table.
 """
@@ -35,7 +35,7 @@ def control_compare(m, sh):
     c_waited = Signal()              # the FSM was in Drain the clock before
     cc_hit, cc_idx, cc_bad = Signal(), Signal(idx_bits), Signal()
     c_cmp_hit, c_cmp_idx = sh.compare(cq, "c_hit", sh.tag_rp[3])
-    drained = ~sh.s1_valid & ~sh.s2_valid & ~sh.mshr_busy & ~sh.we_busy
+    drained = ~sh.s1_valid & ~sh.s2_valid & ~sh.mshr_busy & ~sh.we_busy & (sh.we_bcnt == 0)
     drained_d = Signal()
     m.d.sync += [
         cq.eq(cache.ctrl.payload.qpn),
@@ -45,7 +45,8 @@ def control_compare(m, sh):
     ]
     wb_ev = Signal()
     m.d.sync += [
-        ev["errors"].eq((sh.s1_advance & sh.s1_bad_r) | (sh.mshr_load & sh.mshr_err)),
+        ev["errors"].eq((sh.s1_advance & sh.s1_bad_r) | (sh.mshr_load & sh.mshr_err) |
+                        (sh.replay_now & sh.rp_err if sh.N > 1 else 0)),
         ev["writebacks"].eq(sh.mshr_ws | wb_ev),
     ]
 

@@ -36,6 +36,20 @@ def plru_touch(bits, ways, way):
     return Cat(*new)
 
 
+def _first(vec, n):
+    return Cat(*[vec[w] & ~vec[:w].any() if w else vec[0] for w in range(n)])
+
+
+def _victim(inv, avail, plru_bits, ways):
+    """One-hot victim among the ways ``avail``: the first invalid one, else the PLRU choice if available,
+    else the first available way (all zero if none is)."""
+    free = inv & avail
+    if ways == 1:
+        return avail
+    pv = plru_victim(plru_bits, ways)
+    return Mux(free.any(), _first(free, ways), Mux((pv & avail).any(), pv, _first(avail, ways)))
+
+
 def compares(m, sh):
     """``s0``'s compare of the incoming QPN and ``s1``'s of its own, each registered for the clock
     after (``a_*``, ``b_*``; ``took`` says which one ``s1`` decides from), and the registers that
@@ -73,7 +87,7 @@ def compares(m, sh):
     valid_d = Signal(sh.E)
     tag_wr_d = Signal()
     m.d.sync += [valid_d.eq(Cat(*sh.valid)), tag_wr_d.eq(sh.tag_wp.en.any())]
-    a_live = ~alloc_d | (a_idx != sh.mshr_idx)
+    a_live = ~alloc_d | (a_idx != sh.alloc_vidx)
 
     sh.a_hit, sh.a_idx, sh.a_bad, sh.b_hit, sh.b_idx, sh.b_bad = a_hit, a_idx, a_bad, b_hit, b_idx, b_bad
     sh.took, sh.s1_hit_r, sh.s1_idx_r, sh.s1_bad_r = took, s1_hit_r, s1_idx_r, s1_bad_r
@@ -98,20 +112,26 @@ def victims(m, sh):
     pend_way = Signal(max(way_bits, 1))
     vr_oh = [Signal(W, name=f"vr_oh{s}") for s in range(S)]
     vr_valid = [Signal(name=f"vr_valid{s}") for s in range(S)]
+    vr_none = [Signal(name=f"vr_none{s}") for s in range(S)]      # every way held (N > 1)
     for s in range(S):
         inv = Cat(*[~valid[s * W + w] for w in range(W)])
-        first_inv = Cat(*[inv[w] & ~inv[:w].any() if w else inv[0] for w in range(W)])
+        nxt = Mux(pend_v & (pend_set == s), plru_touch(plru[s], W, pend_way), plru[s]) if W > 1 else None
         if W > 1:
-            nxt = Mux(pend_v & (pend_set == s), plru_touch(plru[s], W, pend_way), plru[s])
             m.d.sync += plru[s].eq(nxt)
-            vict = Mux(inv.any(), first_inv, plru_victim(nxt, W))
+        if sh.N == 1:
+            first_inv = Cat(*[inv[w] & ~inv[:w].any() if w else inv[0] for w in range(W)])
+            vict = Mux(inv.any(), first_inv, plru_victim(nxt, W)) if W > 1 else Const(1, 1)
+            m.d.sync += [vr_oh[s].eq(vict), vr_valid[s].eq(~inv.any())]
         else:
-            vict = Const(1, 1)
-        m.d.sync += [vr_oh[s].eq(vict), vr_valid[s].eq(~inv.any())]
+            # ways an outstanding miss holds (hidden, so invalid) are never chosen
+            avail = Cat(*[~sh.held[s * W + w] for w in range(W)])
+            m.d.sync += [vr_oh[s].eq(_victim(inv, avail, nxt, W)), vr_valid[s].eq(~(inv & avail).any()),
+                         vr_none[s].eq(~avail.any())]
     vr_oh_a, vr_valid_a = Array(vr_oh), Array(vr_valid)
     victim_oh = Cat(*[(s1_set == s) & vr_oh[s][w] for s in range(S) for w in range(W)])
     victim_idx = sh.entry(s1_set, sh.encode(vr_oh_a[s1_set]) if way_bits else Const(0, 0))
     victim_valid = vr_valid_a[s1_set]
+    sh.vr_none = Array(vr_none)
     same_set = Signal()
     m.d.sync += same_set.eq(sh.set_of(sh.cache.req.payload.qpn) == s1_set)
     vict_stale = (ev["hits"] & same_set) if W > 1 else Const(0, 1)
@@ -124,27 +144,30 @@ def s1_decide(m, sh):
     """``s1``'s decisions, from registers: whether it advances (``s1_advance``) and whether its
     miss allocates the MSHR (``alloc``), the MSHR's install (``mshr_load``) taking ``s2`` first;
     ``req.ready``, and ``s1``'s request register. Leaves in ``sh``: ``s2_free``, ``mshr_load``,
-    ``s1_advance``, ``alloc``."""
+    ``s1_advance``, ``alloc``, ``merge``, ``replay_now``."""
     cache, W, way_bits = sh.cache, sh.W, sh.way_bits
-    s1_valid, s2_valid, mshr_busy, fill_ready = sh.s1_valid, sh.s2_valid, sh.mshr_busy, sh.fill_ready
+    s1_valid, s2_valid, fill_ready = sh.s1_valid, sh.s2_valid, sh.fill_ready
     took, a_hit, a_bad, a_idx, b_hit, b_bad = sh.took, sh.a_hit, sh.a_bad, sh.a_idx, sh.b_hit, sh.b_bad
     load_d, vict_stale, a_live, s1_set = sh.load_d, sh.vict_stale, sh.a_live, sh.s1_set
     s1_hit_r, s1_idx_r, s1_miss, accept = sh.s1_hit_r, sh.s1_idx_r, sh.s1_miss, sh.accept
     # s1's decisions, from registers: ga / gb (s1 can go, with s0's / its own compare), the
     # MSHR's install taking s2 first.
     s2_free = ~s2_valid | cache.resp.ready
-    mshr_load = fill_ready & s2_free
-    free_nf = s2_free & ~fill_ready
-    m_a = ~load_d & (a_bad | (~mshr_busy & ~vict_stale))
-    m_b = ~load_d & (b_bad | ~mshr_busy)
+    mshr_load = fill_ready & s2_free & ~sh.replaying
+    free_nf = s2_free & ~fill_ready & ~sh.replaying
+    m_a = ~load_d & (a_bad | (sh.may_a & ~vict_stale) | sh.merge_a)
+    m_b = ~load_d & (b_bad | sh.may_b | sh.merge_b)
     ga = took & Mux(a_hit, a_live, m_a)
     gb = s1_valid & ~took & (b_hit | m_b)
     s1_advance = Signal()
     alloc = Signal()
+    merge = Signal()           # a miss for a QP being fetched joins its slot (N > 1)
     m.d.comb += [
+        merge.eq(((took & ~a_hit & ~a_bad & ~load_d & sh.merge_a) |
+                  (s1_valid & ~took & ~b_hit & ~b_bad & ~load_d & sh.merge_b)) & free_nf),
         s1_advance.eq((ga | gb) & free_nf),
-        alloc.eq(((took & ~a_hit & ~a_bad & ~load_d & ~mshr_busy & ~vict_stale) |
-                  (s1_valid & ~took & ~b_hit & ~b_bad & ~load_d & ~mshr_busy)) & free_nf),
+        alloc.eq(((took & ~a_hit & ~a_bad & ~load_d & sh.may_a & ~vict_stale) |
+                  (s1_valid & ~took & ~b_hit & ~b_bad & ~load_d & sh.may_b)) & free_nf),
     ]
     fresh = Mux(s1_hit_r, ~took | a_live, ~load_d)
     fell, rose = sh.valid_d & ~Cat(*sh.valid), ~sh.valid_d & Cat(*sh.valid)
@@ -153,12 +176,20 @@ def s1_decide(m, sh):
         Assert(~s1_valid | ~fresh | Mux(s1_hit_r, ~fell.bit_select(s1_idx_r, 1), ~rose.any() & ~sh.tag_wr_d),
                "qp_cache: s1 passed a stale compare\n"),
         Assert(~(took & a_hit) | (a_live == sh.valid_a[a_idx]), "qp_cache: a_live\n"),
-        Assert(alloc == (s1_advance & s1_miss), "qp_cache: alloc\n"),
+        Assert((alloc | merge) == (s1_advance & s1_miss), "qp_cache: alloc\n"),
+        Assert(~(alloc & merge), "qp_cache: alloc and merge\n"),
     ]
     # the victim registered is the one the set's state gives now
-    if W > 1:
+    inv_vec = Cat(*[~sh.way_valid[w][s1_set] for w in range(W)])
+    if sh.N > 1:
+        avail = Cat(*[~Array(sh.held[s * W + w] for s in range(sh.S))[s1_set] for w in range(W)])
+        exact = _victim(inv_vec, avail, sh.plru_a[s1_set] if W > 1 else None, W)
+        m.d.sync += Assert(~alloc | ((sh.victim_oh == Cat(*[(s1_set == s) & exact[w] for s in range(sh.S)
+                                                             for w in range(W)])) &
+                                     (sh.victim_valid == ~(inv_vec & avail).any()) & avail.any()),
+                           "qp_cache: victim\n")
+    elif W > 1:
         pv = plru_victim(sh.plru_a[s1_set], W)
-        inv_vec = Cat(*[~sh.way_valid[w][s1_set] for w in range(W)])
         exact_way = Signal(way_bits)
         for w in range(W):
             with m.If(pv[w]):
@@ -182,4 +213,5 @@ def s1_decide(m, sh):
     with m.Elif(s1_advance):
         m.d.sync += s1_valid.eq(0)
 
-    sh.s2_free, sh.mshr_load, sh.s1_advance, sh.alloc = s2_free, mshr_load, s1_advance, alloc
+    sh.s2_free, sh.mshr_load, sh.s1_advance, sh.alloc, sh.merge = s2_free, mshr_load, s1_advance, alloc, merge
+    sh.replay_now = sh.replaying & s2_free

@@ -7,14 +7,14 @@ from amaranth.hdl import Assert
 from amaranth.lib import data
 
 from ...model.qpc import CACHED_BITS, MUTABLE_BYTES
-from .layouts import Op, QpState, Status, cached_layout
+from .layouts import Op, QpState, Status, cached_layout, request_layout
 
 __all__ = ["s2_load", "s2_update"]
 
 
 def s2_load(m, sh):
     """The data memory's read (addressed from ``s1``) and what ``s2`` loads whenever it is free:
-    the MSHR's install, else ``s1``'s request; the PLRU touch and the lookup / hit / miss events.
+    the MSHR's install, else a merged request's replay, else ``s1``'s request; the PLRU touch and the lookup / hit / miss events.
     Leaves in ``sh``: ``s2_writes`` (driven by :func:`s2_update`), ``mshr_set``, ``mshr_way``."""
     rp, mut_rp, mut_wp, wp = sh.rp, sh.mut_rp, sh.mut_wp, sh.wp
     way_bits, set_bits, idx_bits = sh.way_bits, sh.set_bits, sh.idx_bits
@@ -38,29 +38,47 @@ def s2_load(m, sh):
     mshr_set = mshr_idx[way_bits:] if set_bits else Const(0, 1)
     mshr_way = mshr_idx[:way_bits] if way_bits else Const(0, 1)
     s1_upd = s1_req.op != Op.LOOKUP
-    s2v_next = mshr_load | (s1_advance & ~s1_miss)
     # s2's entry against s1's, compared with a_idx and b_idx apiece (took picks): the select of
     # s1_idx_r sits by the data memory it addresses, and this compare stays off it
     fwd_same = Mux(took, Cat(*sh.eq_terms("fwd_a", s2_idx, sh.a_idx, 0, idx_bits)).all(),
                    Cat(*sh.eq_terms("fwd_b", s2_idx, sh.b_idx, 0, idx_bits)).all())
-    fwd_next = mshr_load | (s2_writes & fwd_same)
     m.d.sync += Assert(fwd_same == (s2_idx == s1_idx_r), "qp_cache: fwd_same\n")
+    if sh.N == 1:
+        src_req, src_idx, src_ok = s1_req, s1_idx_r, ~s1_bad_r
+        src_status = Mux(s1_bad_r, Status.BAD_QPN, Status.OK)
+        s2v_next = mshr_load | (s1_advance & ~s1_miss)
+        fwd_next = mshr_load | (s2_writes & fwd_same)
+    else:
+        # a merged request replayed: its record is the one s2 writes at this edge (or wrote last)
+        replay = sh.replaying
+        src_req = Signal(request_layout(sh.cfg), name="s2_src_req")
+        m.d.comb += src_req.eq(s1_req)
+        for i, queue in enumerate(sh.m_q):
+            for k, q in enumerate(queue):
+                with m.If(replay & (sh.rp_slot == i) & (sh.rp_pos == k)):
+                    m.d.comb += src_req.eq(q)
+        src_idx = Mux(replay, sh.rp_idx, s1_idx_r)
+        src_ok = Mux(replay, ~sh.rp_err, ~s1_bad_r)
+        src_status = Mux(replay, Mux(sh.rp_err, Status.BUS_ERROR, Status.OK),
+                         Mux(s1_bad_r, Status.BAD_QPN, Status.OK))
+        s1_upd = src_req.op != Op.LOOKUP
+        s2v_next = mshr_load | sh.replay_now | (s1_advance & ~s1_miss)
+        fwd_next = mshr_load | replay | (s2_writes & fwd_same)
     m.d.sync += Assert(~(rp.en & wp.en & (rp.addr == wp.addr)) | fwd_next | ~s2v_next,
                        "qp_cache: data_mem read of the entry written at the same edge, used\n")
     with m.If(s2_free):
         m.d.sync += [
             sh.s2_valid.eq(s2v_next),
-            sh.s2_req.eq(Mux(mshr_load, mshr_req, s1_req)),
+            sh.s2_req.eq(Mux(mshr_load, mshr_req, src_req)),
             sh.s2_from_fill.eq(mshr_load),
-            sh.s2_status.eq(Mux(mshr_load, Mux(mshr_err, Status.BUS_ERROR, Status.OK),
-                                Mux(s1_bad_r, Status.BAD_QPN, Status.OK))),
-            s2_idx.eq(Mux(mshr_load, mshr_idx, s1_idx_r)),
+            sh.s2_status.eq(Mux(mshr_load, Mux(mshr_err, Status.BUS_ERROR, Status.OK), src_status)),
+            s2_idx.eq(Mux(mshr_load, mshr_idx, src_idx)),
             # the read port does not see a write at the same edge: forward it
             sh.s2_fwd.eq(fwd_next),
             *(s2_fwd_c[c].eq(v) for c, v in enumerate((fwd_next, fwd_next | ~s2v_next, fwd_next & s2v_next,
                                                        fwd_next ^ ~s2v_next))),
-            sh.s2_wr.eq(Mux(mshr_load, ~mshr_err, ~s1_bad_r & s1_upd)),
-            sh.s2_upd.eq(Mux(mshr_load, ~mshr_err & (mshr_req.op != Op.LOOKUP), ~s1_bad_r & s1_upd)),
+            sh.s2_wr.eq(Mux(mshr_load, ~mshr_err, src_ok & s1_upd)),
+            sh.s2_upd.eq(Mux(mshr_load, ~mshr_err & (mshr_req.op != Op.LOOKUP), src_ok & s1_upd)),
         ]
     m.d.sync += [
         sh.pend_v.eq((s1_advance & ~s1_bad_r & s1_hit_r) | (mshr_load & ~mshr_err)),
@@ -69,6 +87,7 @@ def s2_load(m, sh):
         ev["lookups"].eq(sh.accept),
         ev["hits"].eq(s1_advance & ~s1_bad_r & s1_hit_r),
         ev["misses"].eq(sh.alloc),
+        ev["merged"].eq(sh.merge if sh.N > 1 else 0),
     ]
 
     sh.s2_writes, sh.mshr_set, sh.mshr_way = s2_writes, mshr_set, mshr_way

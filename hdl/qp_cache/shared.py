@@ -90,37 +90,67 @@ class Shared:
         self.s2_wr = Signal()        # s2 writes its record back when it leaves (OK, and an update or a fill)
         self.s2_upd = Signal()       # s2 marks its entry dirty when it leaves (OK and an update)
 
-        # ---- MSHR -----------------------------------------------------------------------
-        self.mshr_busy = Signal()
-        self.mshr_req = Signal(request_layout(cfg))
-        self.mshr_idx = Signal(idx_bits)
-        self.mshr_victim_valid = Signal()
-        self.mshr_captured = Signal()
+        # ---- MSHRs: ``N`` slots used in ring order (allocation at ``tail``, install at ``head``) ----
+        N = self.N = cfg.mshrs
+        self.m_busy = [Signal(name=f"mshr{i}_busy" if N > 1 else "mshr_busy") for i in range(N)]
+        self.m_req = [Signal(request_layout(cfg), name=f"mshr{i}_req") for i in range(N)]
+        self.m_idx = [Signal(idx_bits, name=f"mshr{i}_idx") for i in range(N)]      # the victim's entry
+        self.m_vv = [Signal(name=f"mshr{i}_victim_valid") for i in range(N)]
+        self.m_vtag = [Signal(self.Q, name=f"mshr{i}_vtag") for i in range(N)]      # the victim's QPN (N > 1)
+        self.m_captured = [Signal(name=f"mshr{i}_captured") for i in range(N)]
+        self.m_wb_need = [Signal(name=f"mshr{i}_wb_need") for i in range(N)]
+        self.m_wb_done = [Signal(name=f"mshr{i}_wb_done") for i in range(N)]
+        self.m_wb_err = [Signal(name=f"mshr{i}_wb_err") for i in range(N)]
+        self.head = Signal(range(N))      # the oldest busy slot: its fetch fills fill_buf, it installs next
+        self.tail = Signal(range(N))      # the slot the next allocation takes
+        self.cap_i = Signal(range(N))     # the slot whose victim the capture steps below handle
+        self.mshr_busy = self.m_busy[0] if N == 1 else Cat(*self.m_busy).any()     # any slot busy
         self.mshr_rd = Signal()      # the clock after allocation: mut_rp reads the victim
         self.mshr_cap = Signal()     # the clock after that: capture its mutable bytes
         self.mshr_ws = Signal()      # the clock after that: start the write-back (wb_addr is ready)
         self.mshr_wb_go = Signal()
-        self.mshr_wb_need = Signal()
-        self.mshr_wb_done = Signal()
-        self.mshr_r_done = Signal()
-        self.mshr_err = Signal()     # fetch or write-back failed
-        self.mshr_wb_err = Signal()
-        self.fill_ready = Signal()   # the MSHR can install at the next clock s2 is free (a register)
+        self.mshr_r_done = Signal()  # the head's fetch has had its last beat
+        self.mshr_f_err = Signal()   # the head's fetch had an error beat
+        self.fill_ready = Signal()   # the head can install at the next clock s2 is free (a register)
         self.fill_buf = Signal(CACHED_BITS)
+        # requests merged into a slot (N > 1): answered right after its install, in order (the replay)
+        K = self.merges = 2 if N > 1 else 0
+        self.m_cnt = [Signal(range(K + 1), name=f"mshr{i}_merged") for i in range(N)]
+        self.m_q = [[Signal(request_layout(cfg), name=f"mshr{i}_mq{k}") for k in range(K)] for i in range(N)]
+        self.replaying = Signal() if N > 1 else Const(0, 1)    # s2 takes the installed slot's merged requests before anything else
+        self.rp_slot = Signal(range(N))
+        self.rp_pos = Signal(range(max(K, 1)))
+        self.rp_last = Signal(range(max(K, 1)))
+        self.rp_idx = Signal(idx_bits)
+        self.rp_err = Signal()
+        # entries hidden as an outstanding miss's victim: never chosen as a victim again (N > 1)
+        self.held = [Signal(name=f"held{i}") for i in range(self.E)] if N > 1 else None
+        # the head's (the slot that installs next) and the newest allocation's fields
+        self.mshr_req = self.slot(self.m_req, self.head)
+        self.mshr_idx = self.slot(self.m_idx, self.head)
+        self.mshr_victim_valid = self.slot(self.m_vv, self.head)
+        self.mshr_wb_need = self.slot(self.m_wb_need, self.head)
+        self.mshr_wb_done = self.slot(self.m_wb_done, self.head)
+        self.mshr_err = self.mshr_f_err | self.slot(self.m_wb_err, self.head)   # fetch or write-back failed
+        self.cap_idx = self.slot(self.m_idx, self.cap_i)
+        # the newest allocation's victim entry and valid bit, as registers of their own (N > 1): read
+        # by s1's decision (a_live) and the victim steps without a multiplexer over the slots
+        self.alloc_vidx = self.m_idx[0] if N == 1 else Signal(idx_bits, name="alloc_vidx")
+        self.cap_vv = self.m_vv[0] if N == 1 else Signal(name="cap_vv")
 
         # ---- write engine (shared: MSHR write-back, control write-back and MODIFY) ----------
         self.we_start = Signal()
         self.we_from_ctrl = Signal()  # data from ctrl.payload.record, else from wb_buf
         self.we_start_addr = Signal(64)
         self.we_start_len = Signal(8)
-        self.we_busy = Signal()
+        self.we_busy = Signal()      # a burst's AW and W are under way
+        self.we_bcnt = Signal(range(self.N + 2))   # bursts whose B has not come
         self.we_src_ctrl = Signal()
         self.we_beats_left = Signal(range(BEATS + 1))
         # the beat number and the data source in four copies, each selecting a quarter of wdata;
         # they differ only while the write engine is idle (so that synthesis keeps them apart)
         self.we_beat_c = [Signal(range(BEATS), name=f"we_beat{c}") for c in range(4)]
         self.we_src_c = [Signal(name=f"we_src_ctrl{c}") for c in range(4)]
-        self.we_b_seen = Signal()
         self.we_done = Signal()      # pulse: B received
         self.we_err = Signal()       # valid with we_done
         self.wb_buf = Signal(MUTABLE_BYTES * 8)
@@ -132,6 +162,10 @@ class Shared:
         self.c_own = Signal()        # the control FSM has set c_idx (until its acknowledgement)
 
     # ---- helpers ----------------------------------------------------------------------------
+    def slot(self, signals, ptr):
+        """``signals[ptr]``: the one signal with one MSHR, else an ``Array`` index."""
+        return signals[0] if self.N == 1 else Array(signals)[ptr]
+
     def rec_addr(self, qpn):
         base = Cat(Const(0, REC_SHIFT), self.cache.qpc_base[REC_SHIFT:])
         return (base + (qpn << REC_SHIFT))[:64]

@@ -15,9 +15,9 @@ def write_back_entry(m, sh):
     Leaves in ``sh``: ``wb_idx`` (loaded by :func:`.mshr.allocate` and the control FSM),
     ``wb_addr``."""
     W, way_bits, set_bits, tag_rp = sh.W, sh.way_bits, sh.set_bits, sh.tag_rp
-    # The entry being written back, a register: the MSHR's victim while a miss is outstanding
-    # (it loads s1's victim with mshr_idx), the control FSM's entry while it owns one (control
-    # runs only with the MSHR idle). Its tag is registered a clock after wb_idx is set and its
+    # The entry being written back, a register: the newest miss's victim while its victim steps run
+    # (it loads s1's victim as the slot does), the control FSM's entry while it owns one (control
+    # runs only with the MSHRs idle). Its tag is registered a clock after wb_idx is set and its
     # record's address a clock after that (the write-backs start three clocks after wb_idx is
     # set): the tag read and the 57-bit adder stay off the AW path.
     wb_idx = Signal(sh.idx_bits)
@@ -29,31 +29,33 @@ def write_back_entry(m, sh):
         wb_tag.eq(wb_hi),
         wb_addr.eq(sh.rec_addr(wb_tag)),
     ]
-    sh.wb_idx, sh.wb_addr = wb_idx, wb_addr
+    sh.wb_idx, sh.wb_tag, sh.wb_addr = wb_idx, wb_tag, wb_addr
 
 
 def write_engine(m, sh):
-    """One AXI write burst at a time, from ``ctrl.payload.record`` (MODIFY) or from ``wb_buf``
-    (a write-back), as its starter (``we_start`` with ``we_from_ctrl``, ``we_start_addr``,
-    ``we_start_len``) asks.
+    """One AXI write burst's address and data at a time, from ``ctrl.payload.record`` (MODIFY) or from
+    ``wb_buf`` (a write-back), as its starter (``we_start`` with ``we_from_ctrl``, ``we_start_len``,
+    ``we_start_addr``) asks; the B responses are counted apart (``we_bcnt``), so a write-back can start
+    while earlier ones wait for their B.
 
     =====  =========================  =========  ==========================================================
     State  Entered from               Leaves to  Waits for
     =====  =========================  =========  ==========================================================
-    Idle   reset; Busy (B received)   Busy       ``we_start`` (the MSHR's ``mshr_ws``; the control FSM's
+    Idle   reset; Busy                Busy       ``we_start`` (a slot's ``mshr_ws``; the control FSM's
                                                  Decide for MODIFY, its Read-Entry for a write-back)
-    Busy   Idle, at ``we_start``      Idle       AW (``awvalid`` until ``awready``), the ``we_beats_left``
-                                                 W beats (WLAST on the last), then B: ``we_done`` pulses
-                                                 with it, ``we_err`` says BRESP was an error
+    Busy   Idle, at ``we_start``      Idle       AW (``awvalid`` until ``awready``) and the
+                                                 ``we_beats_left`` W beats (WLAST on the last)
     =====  =========================  =========  ==========================================================
 
-    The state is ``we_busy``. Starts never overlap: the control FSM runs only once the pipeline, the MSHR and the write
-    engine are empty (Drain), and the MSHR starts one write-back per miss (``mshr_ws``, three clocks
-    after its allocation) and installs only once it is done.
+    The state is ``we_busy``. Each B (``bready`` while ``we_bcnt`` is not 0) pulses ``we_done``, with
+    ``we_err`` if BRESP was an error; B responses come in start order (one AXI ID). Starts never
+    overlap: the control FSM runs only once the pipeline, the MSHRs and the write engine are empty
+    (Drain, B responses included), and a miss allocates only while the engine is Idle, its write-back
+    starting three clocks later.
     """
     axi, ctrl = sh.cache.m_axi, sh.cache.ctrl
     wb_buf, we_src_c, we_beat_c, we_busy = sh.wb_buf, sh.we_src_c, sh.we_beat_c, sh.we_busy
-    we_beats_left, we_b_seen, we_from_ctrl = sh.we_beats_left, sh.we_b_seen, sh.we_from_ctrl
+    we_beats_left, we_bcnt, we_from_ctrl = sh.we_beats_left, sh.we_bcnt, sh.we_from_ctrl
     we_start_len = sh.we_start_len
 
     # ===== write engine ====================================================================
@@ -68,7 +70,7 @@ def write_engine(m, sh):
         axi.wstrb.eq(0xFF),
         axi.wlast.eq(we_beats_left == 1),
         axi.wvalid.eq(we_busy & (we_beats_left != 0)),
-        axi.bready.eq(we_busy & ~we_b_seen),
+        axi.bready.eq(we_bcnt != 0),
     ]
     with m.If(~we_busy):
         m.d.sync += [*(we_beat_c[c].eq(c) for c in range(4)), *(we_src_c[c].eq(c & 1) for c in range(4))]
@@ -78,13 +80,15 @@ def write_engine(m, sh):
         m.d.sync += [
             we_busy.eq(1), sh.we_src_ctrl.eq(we_from_ctrl), we_beats_left.eq(we_start_len + 1),
             *(we_beat_c[c].eq(0) for c in range(4)), *(we_src_c[c].eq(we_from_ctrl) for c in range(4)),
-            we_b_seen.eq(0),
             axi.awaddr.eq(sh.we_start_addr), axi.awlen.eq(we_start_len), axi.awvalid.eq(1),
         ]
-    with m.If(axi.awvalid & axi.awready):
+    aw_hs, w_hs, b_hs = axi.awvalid & axi.awready, axi.wvalid & axi.wready, axi.bvalid & axi.bready
+    with m.If(aw_hs):
         m.d.sync += axi.awvalid.eq(0)
-    with m.If(axi.wvalid & axi.wready):
+    with m.If(w_hs):
         m.d.sync += [we_beats_left.eq(we_beats_left - 1), *(b.eq(b + 1) for b in we_beat_c)]
-    with m.If(axi.bvalid & axi.bready):
-        m.d.sync += [we_busy.eq(0), we_b_seen.eq(1)]
-        m.d.comb += [sh.we_done.eq(1), sh.we_err.eq(axi.bresp != 0)]
+    with m.If(we_busy & ((we_beats_left == 0) | ((we_beats_left == 1) & w_hs)) & (~axi.awvalid | aw_hs)):
+        m.d.sync += we_busy.eq(0)
+    m.d.sync += [we_bcnt.eq(we_bcnt + sh.we_start - b_hs),
+                 Assert(~(sh.we_start & we_busy), "qp_cache: write engine started while busy\n")]
+    m.d.comb += [sh.we_done.eq(b_hs), sh.we_err.eq(b_hs & (axi.bresp != 0))]

@@ -154,7 +154,8 @@ def test_counters_and_policy_direct_mapped():
     assert m.request(Op.LOOKUP, 1)[0] == Status.OK          # miss, fill way of set 1
     assert m.request(Op.SET_PSN, 1, 5)[0] == Status.OK      # hit, dirty
     assert m.request(Op.LOOKUP, 5)[0] == Status.OK          # miss, evicts dirty 1
-    assert m.counters == {"lookups": 3, "hits": 1, "misses": 2, "evictions": 1, "writebacks": 1, "errors": 0}
+    assert m.counters == {"lookups": 3, "hits": 1, "misses": 2, "evictions": 1, "writebacks": 1, "errors": 0,
+                          "merged": 0}
     assert QpContext.unpack(m.table.read(1)).next_psn == 5
 
 
