@@ -399,6 +399,12 @@ def test_rnic_widths(width):
 
 
 @pytest.mark.slow
+def test_rnic_mshrs():
+    """Every test on an engine whose QP context cache keeps four misses outstanding."""
+    _run(CONFIG.replace(qpc={"mshrs": 4}))
+
+
+@pytest.mark.slow
 def test_rnic_long():
     _run(CONFIG, extra_env={"RNIC_SLOW": "1", "RNIC_ROUNDS": "40"})
 

@@ -25,6 +25,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import cocotb
+import pytest
 from cocotb.triggers import ClockCycles
 from cocotbext.axi import AxiStreamFrame
 
@@ -194,9 +195,18 @@ async def test_scapy_requests(dut):
 
 # --- pytest side -------------------------------------------------------------------------------------
 
-def test_rnic_receive():
+def _run(config):
     from rnic.sim.rtl import ensure_build
     from rnic.sim.toolchain import run
-    config = RnicConfig()
     run(ensure_build(config, fast=False), "test_rnic_receive", seed=seed_from_env(),
         test_dir=Path(__file__).resolve().parent, extra_env=config.env())
+
+
+def test_rnic_receive():
+    _run(RnicConfig())
+
+
+@pytest.mark.slow
+def test_rnic_receive_mshrs():
+    """The receive path's and the engine's lookups through a QP context cache with four MSHRs."""
+    _run(RnicConfig().replace(qpc={"mshrs": 4}))

@@ -20,11 +20,11 @@ import cocotb
 
 from ..model.config import RnicConfig
 from ..model.descriptor import LinkMode
-from ..model.qpc import COUNTER_NAMES, PathMtu
+from ..model.qpc import COUNTER_NAMES, RECORD_BYTES, PathMtu
 from ..model.regs import REG
 from ..model.wqe import WqeFlags, WqeOpcode
 from .fast_harness import FastFrameClock, FastTB
-from .scenario import WorkloadBuilder
+from .scenario import MemoryMap, WorkloadBuilder
 from .toolchain import seed_from_env
 
 __all__ = ["build_rnic", "bench_efficiency", "bench_rate", "bench_latency", "bench_fairness", "BENCH_PARTS",
@@ -37,6 +37,17 @@ def build_rnic(config: RnicConfig, status=None):
     gets its build message (default: none)."""
     from .rtl import ensure_build
     return ensure_build(config, fast=True, status=status or (lambda *a, **k: None))
+
+
+class _ManyQpsMap(MemoryMap):
+    @property
+    def max_qps(self) -> int:
+        return min((self.cq_base - self.qpc_base) // RECORD_BYTES, (self.buffers - self.sq_rings) // self.sq_stride)
+
+
+#: Host memory for up to 8 192 QPs: contexts from 1 MiB, 1 KiB send queues from 4 MiB, buffers from 12 MiB.
+_MANY_QPS_MAP = _ManyQpsMap(qpc_base=0x10_0000, cq_base=0x30_0000, cq_rings=0x31_0000, cq_stride=0x2000,
+                            sq_rings=0x40_0000, sq_stride=0x400, buffers=0xC0_0000)
 
 
 def _beat_bytes(tb) -> int:
@@ -52,14 +63,22 @@ async def _sends(tb, qps, size, mtu, messages, mem_latency, quota):
     """Unsignaled RoCEv2 SENDs of ``size`` bytes posted round robin over ``qps`` QPs, every doorbell
     before ENABLE, host memory answering ``mem_latency`` clocks after each AR, sink always ready.
     Returns the frame sizes in wire order and the :class:`FastFrameClock`."""
-    b = WorkloadBuilder(qps, rng=tb.rng, quota=quota)
-    for q in range(qps):
-        b.cq(q)
-        b.qp(q, mtu=PathMtu.of_bytes(mtu), mode=LinkMode.ROCEV2_IPV4, sgid_index=0)
+    if qps <= 256:
+        b = WorkloadBuilder(qps, rng=tb.rng, quota=quota)
+        for q in range(qps):
+            b.cq(q)
+            b.qp(q, mtu=PathMtu.of_bytes(mtu), mode=LinkMode.ROCEV2_IPV4, sgid_index=0)
+    else:
+        # more QPs than the default memory map holds: one CQ (no CQEs are written), 1 KiB rings
+        assert qps <= _MANY_QPS_MAP.max_qps, f"{qps} QPs: the memory map holds {_MANY_QPS_MAP.max_qps}"
+        b = WorkloadBuilder(qps, ncqs=1, rng=tb.rng, quota=quota, memory_map=_MANY_QPS_MAP)
+        b.cq(0)
+        for q in range(qps):
+            b.qp(q, mtu=PathMtu.of_bytes(mtu), mode=LinkMode.ROCEV2_IPV4, sgid_index=0, cqn=0)
     for k in range(messages):
         b.post(k % qps, WqeOpcode.SEND, size, flags=WqeFlags(0))
     watch = FastFrameClock(tb)
-    model = await tb.run(b.build(), fixed_latency=mem_latency)
+    model = await tb.run(b.build(), fixed_latency=mem_latency, timeout=2_000_000 + 4 * messages * (mem_latency + 50))
     return [len(p.frame()) for p in model.packets], watch
 
 

@@ -31,6 +31,7 @@ class FastTB(EngineHarness):
         self.config = RnicConfig.from_env()
         self.width = self.config.width
         self.bus = HostBus()
+        self.read_latency = 0      # the memory's read latency of the current run (start)
         self.bus.configure(MEM_SIZE, seed)
         self.reseed(seed)
 
@@ -83,12 +84,15 @@ class FastTB(EngineHarness):
                 bus.add_error(write, lo, hi, resp)
         lo, hi = latency
         bus.timing(lo, hi, fixed_latency, pause, sink_pause)
+        self.read_latency = fixed_latency + hi
         await self.reset()
 
     async def write_regs(self, writes):
+        """Queue ``writes`` and wait for the last; each may take a memory round trip (a doorbell looks its QP
+        up, a miss in the QP context cache)."""
         ops = [self.bus.reg_write(offset, value) for offset, value in writes]
         if ops:
-            await self.wait_op(ops[-1], REG_TIMEOUT + 16 * len(ops))
+            await self.wait_op(ops[-1], REG_TIMEOUT + (32 + self.read_latency) * len(ops))
 
     async def wait_idle(self, timeout, progress) -> int:
         start = self.bus.clock()
