@@ -20,11 +20,11 @@ import cocotb
 
 from ..model.config import RnicConfig
 from ..model.descriptor import LinkMode
-from ..model.qpc import COUNTER_NAMES, RECORD_BYTES, PathMtu
+from ..model.qpc import COUNTER_NAMES, PathMtu
 from ..model.regs import REG
 from ..model.wqe import WqeFlags, WqeOpcode
 from .fast_harness import FastFrameClock, FastTB
-from .scenario import MemoryMap, WorkloadBuilder
+from .scenario import DEFAULT_MAP, MemoryMap, WorkloadBuilder
 from .toolchain import seed_from_env
 
 __all__ = ["build_rnic", "bench_efficiency", "bench_rate", "bench_latency", "bench_fairness", "BENCH_PARTS",
@@ -39,15 +39,9 @@ def build_rnic(config: RnicConfig, status=None):
     return ensure_build(config, fast=True, status=status or (lambda *a, **k: None))
 
 
-class _ManyQpsMap(MemoryMap):
-    @property
-    def max_qps(self) -> int:
-        return min((self.cq_base - self.qpc_base) // RECORD_BYTES, (self.buffers - self.sq_rings) // self.sq_stride)
-
-
 #: Host memory for up to 8 192 QPs: contexts from 1 MiB, 1 KiB send queues from 4 MiB, buffers from 12 MiB.
-_MANY_QPS_MAP = _ManyQpsMap(qpc_base=0x10_0000, cq_base=0x30_0000, cq_rings=0x31_0000, cq_stride=0x2000,
-                            sq_rings=0x40_0000, sq_stride=0x400, buffers=0xC0_0000)
+_MANY_QPS_MAP = MemoryMap(qpc_base=0x10_0000, cq_base=0x30_0000, cq_rings=0x31_0000, cq_stride=0x2000,
+                          sq_rings=0x40_0000, sq_stride=0x400, buffers=0xC0_0000)
 
 
 def _beat_bytes(tb) -> int:
@@ -63,18 +57,15 @@ async def _sends(tb, qps, size, mtu, messages, mem_latency, quota):
     """Unsignaled RoCEv2 SENDs of ``size`` bytes posted round robin over ``qps`` QPs, every doorbell
     before ENABLE, host memory answering ``mem_latency`` clocks after each AR, sink always ready.
     Returns the frame sizes in wire order and the :class:`FastFrameClock`."""
-    if qps <= 256:
-        b = WorkloadBuilder(qps, rng=tb.rng, quota=quota)
-        for q in range(qps):
+    # more QPs than the default memory map holds: one CQ for all (no CQEs are written), 1 KiB rings
+    many = qps > DEFAULT_MAP.max_qps
+    assert qps <= _MANY_QPS_MAP.max_qps, f"{qps} QPs: the memory map holds {_MANY_QPS_MAP.max_qps}"
+    b = WorkloadBuilder(qps, ncqs=1 if many else qps, rng=tb.rng, quota=quota,
+                        memory_map=_MANY_QPS_MAP if many else DEFAULT_MAP)
+    for q in range(qps):
+        if q == 0 or not many:
             b.cq(q)
-            b.qp(q, mtu=PathMtu.of_bytes(mtu), mode=LinkMode.ROCEV2_IPV4, sgid_index=0)
-    else:
-        # more QPs than the default memory map holds: one CQ (no CQEs are written), 1 KiB rings
-        assert qps <= _MANY_QPS_MAP.max_qps, f"{qps} QPs: the memory map holds {_MANY_QPS_MAP.max_qps}"
-        b = WorkloadBuilder(qps, ncqs=1, rng=tb.rng, quota=quota, memory_map=_MANY_QPS_MAP)
-        b.cq(0)
-        for q in range(qps):
-            b.qp(q, mtu=PathMtu.of_bytes(mtu), mode=LinkMode.ROCEV2_IPV4, sgid_index=0, cqn=0)
+        b.qp(q, mtu=PathMtu.of_bytes(mtu), mode=LinkMode.ROCEV2_IPV4, sgid_index=0, cqn=0 if many else q)
     for k in range(messages):
         b.post(k % qps, WqeOpcode.SEND, size, flags=WqeFlags(0))
     watch = FastFrameClock(tb)

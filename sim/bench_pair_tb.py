@@ -84,9 +84,7 @@ async def run_item(dut, a: Side, b: Side, item: dict, width: int) -> dict:
     watchers = [cocotb.start_soon(_watch_cq(dut, a.ram, CQ_RING, qps, item["poll"], done))]
     if op in (WqeOpcode.SEND, WqeOpcode.SEND_WITH_IMM, WqeOpcode.RDMA_WRITE_WITH_IMM):
         watchers.append(cocotb.start_soon(_watch_cq(dut, b.ram, RCQ_RING, item["messages"], item["poll"], recv)))
-    for flow in lb.flows:
-        if flow.indices:
-            flow.src.driver.ring(flow.sq)
+    lb.ring_send_queues()
     t0 = clock_now()
     await ring(sides, lb, doorbells)
     _, problems = await wait_quiet(dut, a, b, links, state, QUIET, LIMIT, lambda: len(done) == qps)

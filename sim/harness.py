@@ -12,7 +12,6 @@ import time
 from dataclasses import dataclass, field
 
 import cocotb
-from cocotb.queue import Queue
 from cocotb.triggers import ClockCycles, RisingEdge
 from cocotb.utils import get_sim_time
 
@@ -73,24 +72,11 @@ class HostRam:
 
         rd._read, wr._write = _read, _write
         self.fixed_latency = 0
-        orig_recv = rd.ar_channel.recv
-        self._ars = Queue()
 
-        async def pump():
-            while True:
-                ar = await orig_recv()
-                self._ars.put_nowait((clock_now(), ar))
-
-        async def recv():
-            t, ar = await self._ars.get()
+        def due(arrival):
             lo, hi = self.latency
-            wait = t + self.fixed_latency + (self.rng.randint(lo, hi) if hi else 0) - clock_now()
-            if wait > 0:
-                await ClockCycles(dut.clk, wait)
-            return ar
-
-        cocotb.start_soon(pump())
-        rd.ar_channel.recv = recv
+            return arrival + self.fixed_latency + (self.rng.randint(lo, hi) if hi else 0)
+        _tb.delay_channel(dut.clk, rd.ar_channel, clock_now, due)
         self.channels = (rd.ar_channel, rd.r_channel, wr.aw_channel, wr.w_channel, wr.b_channel)
 
     def load(self, mem: HostMemory, latency=(0, 0), pause=0.0, fixed_latency=0):

@@ -187,11 +187,15 @@ class Loopback:
         self._recvs = []
         return out
 
-    def run(self, max_quiet: int = 200) -> "Loopback":
-        p = self.pair
+    def ring_send_queues(self) -> None:
+        """Every flow with messages rings its send queue's doorbell on its source node's model."""
         for flow in self.flows:
             if flow.indices:
                 flow.src.driver.ring(flow.sq)
+
+    def run(self, max_quiet: int = 200) -> "Loopback":
+        p = self.pair
+        self.ring_send_queues()
         nodes = {"a": p.a, "b": p.b}
         sent = {n: [0, 0] for n in nodes}                  # (responses, requests) taken from each node
         quiet = 0

@@ -79,9 +79,7 @@ async def run_lockstep(dut, rng: random.Random, a: Side, b: Side, lb: Loopback, 
     for name, qpn, pi in doorbells:
         nodes[name].resp.rq_doorbell(qpn, pi)
     await start(dut, rng, a, b, lb)
-    for flow in lb.flows:                             # the model's doorbells (Loopback.run rings them there)
-        if flow.indices:
-            flow.src.driver.ring(flow.sq)
+    lb.ring_send_queues()                             # the model's doorbells (Loopback.run rings them there)
     await ring(sides, lb, doorbells)
 
     links = {"a": lb.links["a-to-b"], "b": lb.links["b-to-a"]}
@@ -196,9 +194,7 @@ async def run_free(dut, rng: random.Random, a: Side, b: Side, lb: Loopback, *, t
     set_ack_timeout(lb, ack_timeout)
     await start(dut, rng, a, b, lb, writes=[("TIMER_TICK", tick)])
     links, state, tasks = carry_links(dut, a, b, lb)
-    for flow in lb.flows:
-        if flow.indices:
-            flow.src.driver.ring(flow.sq)
+    lb.ring_send_queues()
     await ring(sides, lb, doorbells)
     clocks, problems = await wait_quiet(dut, a, b, links, state, quiet, limit)
     for t in tasks:

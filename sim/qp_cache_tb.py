@@ -18,8 +18,7 @@ import random
 from pathlib import Path
 
 import cocotb
-from cocotb.queue import Queue
-from cocotb.triggers import ClockCycles, RisingEdge
+from cocotb.triggers import RisingEdge
 
 from ..model.config import RnicConfig
 from ..model.qpc import (CACHED_BYTES, COUNTER_NAMES, COUNTER_WIDTH, RECORD_BYTES, BusError, CtrlOp, HostTable, Op,
@@ -69,7 +68,7 @@ class HostRam:
     ``latency`` clocks after its address (AR or AW) arrived, counted by ``now()``; bursts overlap, and
     each channel keeps its order."""
 
-    def __init__(self, dut, table: HostTable, base: int, rng: random.Random, latency=(1, 1), now=None):
+    def __init__(self, dut, table: HostTable, base: int, rng: random.Random, latency=(1, 1), *, now):
         from cocotbext.axi import AxiBus, AxiRam
         self.dut, self.table, self.base, self.rng = dut, table, base, rng
         self.latency = latency        # (lo, hi) clocks, or a callable returning clocks
@@ -83,8 +82,11 @@ class HostRam:
         orig_read, orig_write = rd._read, wr._write
         orig_rsend, orig_bsend = rd.r_channel.send, wr.b_channel.send
 
+        def due(arrival):
+            lat = self.latency() if callable(self.latency) else self.rng.randint(*self.latency)
+            return arrival + lat - 1
         for ch in (rd.ar_channel, wr.aw_channel):
-            self._delay(ch, now)
+            _tb.delay_channel(dut.clk, ch, now, due)
         wr.w_channel.queue_occupancy_limit = 64      # write data is taken while earlier bursts wait
 
         async def _read(address, length):
@@ -112,24 +114,6 @@ class HostRam:
             await orig_bsend(b)
 
         rd._read, wr._write, rd.r_channel.send, wr.b_channel.send = _read, _write, _rsend, _bsend
-
-    def _delay(self, ch, now):
-        orig_recv, q = ch.recv, Queue()
-
-        async def pump():
-            while True:
-                a = await orig_recv()
-                lat = self.latency() if callable(self.latency) else self.rng.randint(*self.latency)
-                q.put_nowait((now() + lat - 1, a))
-
-        async def recv():
-            due, a = await q.get()
-            if due > now():
-                await ClockCycles(self.dut.clk, due - now())
-            return a
-
-        cocotb.start_soon(pump())
-        ch.recv = recv
 
     def _qpn(self, address):
         return (address - self.base) // RECORD_BYTES

@@ -50,6 +50,11 @@ class MemoryMap:
     def log_sq(self) -> int:
         return (self.sq_stride // WQE_BYTES).bit_length() - 1
 
+    @property
+    def max_qps(self) -> int:
+        """The QPs it holds: contexts below ``cq_base``, send queues below ``buffers``."""
+        return min((self.cq_base - self.qpc_base) // RECORD_BYTES, (self.buffers - self.sq_rings) // self.sq_stride)
+
 
 DEFAULT_MAP = MemoryMap()
 MEM_SIZE = DEFAULT_MAP.size

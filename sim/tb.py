@@ -18,12 +18,13 @@ import random
 
 import cocotb
 from cocotb.clock import Clock
+from cocotb.queue import Queue
 from cocotb.triggers import ClockCycles, RisingEdge
 
 from .toolchain import seed_from_env
 
-__all__ = ["CLK_NS", "seed", "start_clock", "reset", "random_pause", "set_pause", "unsigned", "StreamSource",
-           "StreamSink"]
+__all__ = ["CLK_NS", "seed", "start_clock", "reset", "random_pause", "set_pause", "delay_channel", "unsigned",
+           "StreamSource", "StreamSink"]
 
 #: the clock period of the block testbenches, in ns
 CLK_NS = 4
@@ -80,6 +81,28 @@ def set_pause(port, prob: float, rng: random.Random) -> None:
     else:
         port.clear_pause_generator()
         port.pause = False
+
+
+def delay_channel(clk, channel, now, due) -> None:
+    """Make a cocotbext-axi RAM take each item of its ``channel`` (an AR or AW channel) only at clock
+    ``due(arrival)``, ``arrival`` being ``now()`` when the item came in and ``due`` asked as the RAM takes
+    it: every burst is answered a latency after its address, bursts overlapping and in order."""
+    orig_recv, queue = channel.recv, Queue()
+
+    async def pump():
+        while True:
+            item = await orig_recv()
+            queue.put_nowait((now(), item))
+
+    async def recv():
+        arrival, item = await queue.get()
+        wait = due(arrival) - now()
+        if wait > 0:
+            await ClockCycles(clk, wait)
+        return item
+
+    cocotb.start_soon(pump())
+    channel.recv = recv
 
 
 class _StreamPort:
