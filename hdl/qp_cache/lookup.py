@@ -119,8 +119,7 @@ def victims(m, sh):
         if W > 1:
             m.d.sync += plru[s].eq(nxt)
         if sh.N == 1:
-            first_inv = Cat(*[inv[w] & ~inv[:w].any() if w else inv[0] for w in range(W)])
-            vict = Mux(inv.any(), first_inv, plru_victim(nxt, W)) if W > 1 else Const(1, 1)
+            vict = Mux(inv.any(), _first(inv, W), plru_victim(nxt, W)) if W > 1 else Const(1, 1)
             m.d.sync += [vr_oh[s].eq(vict), vr_valid[s].eq(~inv.any())]
         else:
             # ways an outstanding miss holds (hidden, so invalid) are never chosen

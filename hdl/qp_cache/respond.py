@@ -14,7 +14,8 @@ __all__ = ["s2_load", "s2_update"]
 
 def s2_load(m, sh):
     """The data memory's read (addressed from ``s1``) and what ``s2`` loads whenever it is free:
-    the MSHR's install, else a merged request's replay, else ``s1``'s request; the PLRU touch and the lookup / hit / miss events.
+    the MSHR's install, else a merged request's replay, else ``s1``'s request; the PLRU touch and the
+    lookup / hit / miss / merged events.
     Leaves in ``sh``: ``s2_writes`` (driven by :func:`s2_update`), ``mshr_set``, ``mshr_way``."""
     rp, mut_rp, mut_wp, wp = sh.rp, sh.mut_rp, sh.mut_wp, sh.wp
     way_bits, set_bits, idx_bits = sh.way_bits, sh.set_bits, sh.idx_bits
@@ -34,17 +35,16 @@ def s2_load(m, sh):
                        "qp_cache: mut_mem read of the entry written at the same edge\n")
     s2_writes = Signal()         # s2 writes its record to the data memory at this edge
 
-    # s2 loads whenever it is free: the MSHR's install, else s1's request (valid if it advances)
+    # s2 loads whenever it is free: the MSHR's install, else a replay, else s1's request (valid if it advances)
     mshr_set = mshr_idx[way_bits:] if set_bits else Const(0, 1)
     mshr_way = mshr_idx[:way_bits] if way_bits else Const(0, 1)
-    s1_upd = s1_req.op != Op.LOOKUP
     # s2's entry against s1's, compared with a_idx and b_idx apiece (took picks): the select of
     # s1_idx_r sits by the data memory it addresses, and this compare stays off it
     fwd_same = Mux(took, Cat(*sh.eq_terms("fwd_a", s2_idx, sh.a_idx, 0, idx_bits)).all(),
                    Cat(*sh.eq_terms("fwd_b", s2_idx, sh.b_idx, 0, idx_bits)).all())
     m.d.sync += Assert(fwd_same == (s2_idx == s1_idx_r), "qp_cache: fwd_same\n")
     if sh.N == 1:
-        src_req, src_idx, src_ok = s1_req, s1_idx_r, ~s1_bad_r
+        src_req, src_idx, src_ok, src_upd = s1_req, s1_idx_r, ~s1_bad_r, s1_req.op != Op.LOOKUP
         src_status = Mux(s1_bad_r, Status.BAD_QPN, Status.OK)
         s2v_next = mshr_load | (s1_advance & ~s1_miss)
         fwd_next = mshr_load | (s2_writes & fwd_same)
@@ -61,7 +61,7 @@ def s2_load(m, sh):
         src_ok = Mux(replay, ~sh.rp_err, ~s1_bad_r)
         src_status = Mux(replay, Mux(sh.rp_err, Status.BUS_ERROR, Status.OK),
                          Mux(s1_bad_r, Status.BAD_QPN, Status.OK))
-        s1_upd = src_req.op != Op.LOOKUP
+        src_upd = src_req.op != Op.LOOKUP
         s2v_next = mshr_load | sh.replay_now | (s1_advance & ~s1_miss)
         fwd_next = mshr_load | replay | (s2_writes & fwd_same)
     m.d.sync += Assert(~(rp.en & wp.en & (rp.addr == wp.addr)) | fwd_next | ~s2v_next,
@@ -77,8 +77,8 @@ def s2_load(m, sh):
             sh.s2_fwd.eq(fwd_next),
             *(s2_fwd_c[c].eq(v) for c, v in enumerate((fwd_next, fwd_next | ~s2v_next, fwd_next & s2v_next,
                                                        fwd_next ^ ~s2v_next))),
-            sh.s2_wr.eq(Mux(mshr_load, ~mshr_err, src_ok & s1_upd)),
-            sh.s2_upd.eq(Mux(mshr_load, ~mshr_err & (mshr_req.op != Op.LOOKUP), src_ok & s1_upd)),
+            sh.s2_wr.eq(Mux(mshr_load, ~mshr_err, src_ok & src_upd)),
+            sh.s2_upd.eq(Mux(mshr_load, ~mshr_err & (mshr_req.op != Op.LOOKUP), src_ok & src_upd)),
         ]
     m.d.sync += [
         sh.pend_v.eq((s1_advance & ~s1_bad_r & s1_hit_r) | (mshr_load & ~mshr_err)),

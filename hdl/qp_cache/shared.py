@@ -117,7 +117,7 @@ class Shared:
         K = self.merges = 2 if N > 1 else 0
         self.m_cnt = [Signal(range(K + 1), name=f"mshr{i}_merged") for i in range(N)]
         self.m_q = [[Signal(request_layout(cfg), name=f"mshr{i}_mq{k}") for k in range(K)] for i in range(N)]
-        self.replaying = Signal() if N > 1 else Const(0, 1)    # s2 takes the installed slot's merged requests before anything else
+        self.replaying = Signal() if N > 1 else Const(0, 1)    # s2 takes the merged requests before all else
         self.rp_slot = Signal(range(N))
         self.rp_pos = Signal(range(max(K, 1)))
         self.rp_last = Signal(range(max(K, 1)))
