@@ -40,7 +40,7 @@ class QpCache(wiring.Component):
     ----------
     cfg : :class:`rnic.model.qpc.QpcCacheConfig`
         ``entries``, ``ways`` (1 = direct mapped, ``entries`` = fully associative), ``tag_width``,
-        ``qpn_bits``.
+        ``qpn_bits``, ``mshrs`` (misses outstanding at once).
 
     Members
     -------
@@ -60,7 +60,8 @@ class QpCache(wiring.Component):
         A request for a QPN at or above ``2**cfg.qpn_bits`` gets ``BAD_QPN`` too; control operations
         reach those QPNs in host memory (they are never cached). Tags are ``cfg.qpn_bits`` wide.
     m_axi : ``Out(AXI4Signature(addr_width=64, data_width=64, id_width=4))``
-        Host memory. One read and one write burst outstanding at most; ID 0.
+        Host memory, ID 0 on every burst: up to ``cfg.mshrs`` fetches (read bursts, whose data must come
+        back in order) and as many write-backs (write bursts, B in order) outstanding.
     counters : ``Out(counters_layout)``
         Free-running 32-bit counters: lookups, hits, misses, evictions, writebacks, errors, merged.
     """
