@@ -25,7 +25,7 @@ from .engine import DescriptorEngine, FrameGate
 from .fifo import BlockFIFO
 from .narrow import NarrowPort
 from .packet_builder import EARLY_BITS, LATE_FIELDS, PacketBuilder
-from .qp_cache import CtrlOp, QpCache
+from .qp_cache import CtrlOp, Op, QpCache
 from .receive.front_end import RxFrontEnd
 from .receive.path import ReceivePath
 from .receive.responder import Responder
@@ -87,15 +87,16 @@ class Rnic(wiring.Component):
         one alone)."""
         c = self.config
         W = c.width
-        # the engine's and the responder's requests share the cache: one tag bit more names the requester
-        shared = dataclasses.replace(c.cache_qpc, tag_width=c.qpc.tag_width + 1)
+        # the engine's and the responder's requests (and the context prefetches) share the cache: the tag's
+        # top bits name the requester
+        shared = dataclasses.replace(c.cache_qpc, tag_width=c.qpc.tag_width + (2 if c.ctx_prefetch else 1))
         return {
             "regs": lambda: RegisterBlock(caps=caps(c.max_qps), caps2=caps2(W, c.mtu)),
             # the engine requests only QPNs its scheduler holds: the tags need log2(max_qps) bits
             "cache": lambda: QpCache(shared),
             "engine": lambda: DescriptorEngine(c.qpc, max_qps=c.max_qps, window=c.window, max_mtu=c.mtu,
                                                wqe_prefetch=c.wqe_prefetch, deep_below=c.deep_below,
-                                               wqe_width=W),
+                                               wqe_width=W, ctx_prefetch=c.ctx_prefetch),
             "reader": lambda: PayloadReader(max_payload=c.max_mtu, fifo_depth=c.payload_queue, data_width=W),
             "builder": lambda: PacketBuilder(W, late=True),
             # abort bits wait here from a packet's read result until its frame leaves: the window's
@@ -106,7 +107,7 @@ class Rnic(wiring.Component):
             # the next packet for the burst's length
             "axi": lambda: AxiInterconnect(len(_MASTERS), data_width=W,
                                            urgent=[i for i, n in enumerate(_MASTERS) if n not in _BULK]),
-            "path": lambda: ReceivePath(W, c.max_qps, c.cache_qpc, max_mtu=c.mtu),
+            "path": lambda: ReceivePath(W, c.max_qps, c.cache_qpc, max_mtu=c.mtu, prefetch=c.ctx_prefetch > 0),
             "rx": lambda: RxFrontEnd(W, n_gids=SGID_ENTRIES),
             "responder": lambda: Responder(max_qps=c.max_qps, max_mtu=c.mtu, cache=c.cache_qpc),
         }
@@ -174,21 +175,32 @@ class Rnic(wiring.Component):
         wiring.connect(m, path.cq, share.c1)
         connect_writer(m, share.w, cqw)
 
-        # the QP cache: the engine's requests and the responder's through a skid arbiter (ready and
-        # the cache's inputs from flip-flops, a clock of latency); the tag's top bit names the requester
+        # the QP cache: the engine's requests, the responder's and the prefetches through a skid arbiter
+        # (ready and the cache's inputs from flip-flops, a clock of latency); the tag's top bits name the
+        # requester. A prefetch is a LOOKUP whose response is dropped: the receive path's first (its frame
+        # waits now), then the engine's.
         tw = c.qpc.tag_width
         req = [(eng.qpc_req.valid, eng.qpc_req.ready, eng.qpc_req.payload),
                (path.qpc_req.valid, path.qpc_req.ready, path.qpc_req.payload)]
+        if c.ctx_prefetch:
+            pe, pp = eng.qpc_prefetch, path.qpc_prefetch
+            pf_valid, pf_ready = Signal(), Signal()
+            pf = Signal.like(eng.qpc_req.payload)
+            m.d.comb += [pf_valid.eq(pe.valid | pp.valid), pf.op.eq(Op.LOOKUP),
+                         pf.qpn.eq(Mux(pp.valid, pp.payload, pe.payload)),
+                         pp.ready.eq(pf_ready), pe.ready.eq(pf_ready & ~pp.valid)]
+            req.append((pf_valid, pf_ready, pf))
         req_valid, req_payload, req_from = skid_arbiter(m, req, cache.req.ready, "qpc_req")
         m.d.comb += [cache.req.valid.eq(req_valid), cache.req.payload.op.eq(req_payload.op),
                      cache.req.payload.qpn.eq(req_payload.qpn), cache.req.payload.arg.eq(req_payload.arg),
                      cache.req.payload.tag.eq(Cat(req_payload.tag, req_from))]
-        to_path = cache.resp.payload.tag[tw]
-        for dst, mine in ((eng.qpc_resp, ~to_path), (path.qpc_resp, to_path)):
+        resp_from = cache.resp.payload.tag[tw:]
+        to_eng, to_path = resp_from == 0, resp_from == 1
+        for dst, mine in ((eng.qpc_resp, to_eng), (path.qpc_resp, to_path)):
             m.d.comb += [dst.valid.eq(cache.resp.valid & mine), dst.payload.status.eq(cache.resp.payload.status),
                          dst.payload.tag.eq(cache.resp.payload.tag[:tw]), dst.payload.qpn.eq(cache.resp.payload.qpn),
                          dst.payload.record.eq(cache.resp.payload.record)]
-        m.d.comb += cache.resp.ready.eq(Mux(to_path, path.qpc_resp.ready, eng.qpc_resp.ready))
+        m.d.comb += cache.resp.ready.eq(Mux(to_path, path.qpc_resp.ready, Mux(to_eng, eng.qpc_resp.ready, 1)))
 
         # packets: the engine's and the responses, merged a packet at a time
         wiring.connect(m, eng.desc, merge.req_desc)

@@ -47,6 +47,9 @@ _DOC = {
                       "≥ max_mtu / (width / 8) − 2"),
     "desc_queue": ("dq", "Packet descriptors queued in front of the packet builder, each waiting for its "
                          "payload.", "≥ 3"),
+    "ctx_prefetch": ("cpf", "QP contexts fetched into the QP cache ahead of use: the engine's for the QPs up to "
+                            "this many places behind the ready list's head, the receive path's for each frame "
+                            "waiting for the responder; 0 turns both off.", "0 .. 8"),
     "qpc.entries": ("qpce", "QP context cache entries.", "power of two"),
     "qpc.ways": ("qpcw", "QP context cache associativity (1 = direct mapped, = entries: fully "
                          "associative).", "power of two ≤ entries"),
@@ -83,6 +86,10 @@ class RnicConfig:
         largest packet plus the memory latency in clocks gives full rate (``docs/engine.md``).
     desc_queue : int
         Packet descriptors queued in front of the packet builder (at least 3).
+    ctx_prefetch : int
+        Context prefetch distance (0 .. 8; 0: off): the engine asks the QP cache for the contexts of the
+        QPs up to this many places behind the ready list's head, and the receive path for the QP of a
+        frame waiting for the responder, so their lookups hit (``docs/qp-context.md``).
     qpc : QpcCacheConfig
         QP context cache geometry (``Rnic`` bounds its ``qpn_bits`` by ``log2(max_qps)``).
     """
@@ -94,6 +101,7 @@ class RnicConfig:
     wqe_prefetch: int = 8
     payload_queue: int = 1024
     desc_queue: int = 16
+    ctx_prefetch: int = 2
     qpc: QpcCacheConfig = field(default_factory=QpcCacheConfig)
 
     def __post_init__(self):
@@ -122,6 +130,8 @@ class RnicConfig:
                              f"{self.max_mtu} (one largest packet), not {self.payload_queue!r}")
         if self.desc_queue < 3:
             raise ValueError(f"desc_queue must be at least 3, not {self.desc_queue!r}")
+        if not 0 <= self.ctx_prefetch <= 8:
+            raise ValueError(f"ctx_prefetch must be 0..8, not {self.ctx_prefetch!r}")
 
     # --- values derived for the RTL and the model ---------------------------------------------------
 
@@ -248,6 +258,7 @@ assert set(_flat(RnicConfig())) == set(_DOC), "every parameter needs a tag, mean
 _FLAGS = {
     "width": ("--width",), "max_mtu": ("--max-mtu",), "max_qps": ("--max-qps",), "window": ("--window",),
     "wqe_prefetch": ("--wqe-prefetch",), "payload_queue": ("--payload-queue",), "desc_queue": ("--desc-queue",),
+    "ctx_prefetch": ("--ctx-prefetch",),
     "qpc.entries": ("--qpc-entries", "--qp-cache", "--cache-entries"),
     "qpc.ways": ("--qpc-ways", "--qp-cache-ways", "--cache-ways"),
     "qpc.tag_width": ("--qpc-tag-width",), "qpc.qpn_bits": ("--qpc-qpn-bits",), "qpc.mshrs": ("--qpc-mshrs",),

@@ -22,7 +22,8 @@ hardware form. One control FSM does the work in the model's order:
   until it has retired (its CQE may overflow the CQ and move the QP to ERROR);
 * once a turn has read every WQE it can use, **Peek** looks the next turn's QP (the ready list's
   head) up in the cache and reads its first WQEs, which that turn then takes instead of reading
-  them again;
+  them again; with ``ctx_prefetch``, :class:`.ctx_prefetch.ContextPrefetch` names the QPs behind the
+  head on ``qpc_prefetch`` beforehand, so that lookup hits;
 * once a turn has issued its last packet, **Handoff** starts the next turn at once and the old
   one *drains* beside it: its commits use its own QPN and context fields (``drain_*``), and D-End
   re-queues it after the last. A QP that moves to ERROR ends its turn (the model's rule), so a
@@ -40,9 +41,9 @@ its offset kept beside its scheduled bit until a doorbell queues it again. The r
 (a queued QP is then marked *rewound*: one bit per QP in flip-flops, its next turn starts at offset 0),
 and the QP queued again.
 
-The blocks (one file each): :class:`.ready_list.ReadyList`, :class:`.wqe_fetch.WqeFetch`,
-:class:`.wqe_check.WqeCheck`, :class:`.segment.Segmenter`, the completion writer, and the control
-FSM here, whose states form five machines (:mod:`.doorbell_states`, :mod:`.turn_states`,
+The blocks (one file each): :class:`.ready_list.ReadyList`, :class:`.ctx_prefetch.ContextPrefetch`,
+:class:`.wqe_fetch.WqeFetch`, :class:`.wqe_check.WqeCheck`, :class:`.segment.Segmenter`, the completion
+writer, and the control FSM here, whose states form five machines (:mod:`.doorbell_states`, :mod:`.turn_states`,
 :mod:`.issue_states`, :mod:`.commit_states`, :mod:`.update_states`), sharing the registers of :mod:`.machine`.
 
 Control FSM
@@ -125,6 +126,7 @@ from ..prim import by_state
 from ..qp_cache import cached_layout, request_layout, response_layout
 from ..requester.layouts import timer_layout, upd_layout
 from .commit_states import CommitStates
+from .ctx_prefetch import ContextPrefetch
 from .doorbell_states import DoorbellStates
 from .issue_states import IssueStates
 from .layouts import (cq_doorbell_layout, doorbell_layout, group_layout, inc_layout, info_layout, rd_cmd_layout,
@@ -164,6 +166,9 @@ class DescriptorEngine(wiring.Component):
     wqe_width : int
         Data width of ``m_axi`` in bits, 64 .. 512: a WQE is one burst of ``512 / wqe_width``
         full-width beats (``Rnic`` passes its datapath width).
+    ctx_prefetch : int
+        0, or the places behind the ready list's head whose contexts ``qpc_prefetch`` names
+        (:class:`.ctx_prefetch.ContextPrefetch`).
 
     Members
     -------
@@ -182,6 +187,9 @@ class DescriptorEngine(wiring.Component):
         takes its response in the clock it comes (the X-Resp states, Peek-Resp, Commit-PSN-Resp,
         Retire-Next, Retire-Both), so a response never waits, and the cache's pipeline never
         depends on the FSM's state. An ``Assert`` checks it in simulation.
+    qpc_prefetch : Out(stream of 24-bit QPNs)
+        Contexts to fetch into the QP cache ahead of their turns (``valid`` stays 0 without
+        ``ctx_prefetch``); ``Rnic`` sends each as a LOOKUP and drops its response.
     m_axi : Out(AXI4Signature)
         WQE reads (one 64-byte burst each, ID 0); read only.
     cq : Out(:data:`rnic.hdl.completion.CqClientSignature`)
@@ -202,7 +210,7 @@ class DescriptorEngine(wiring.Component):
     """
 
     def __init__(self, cache_cfg: QpcCacheConfig, *, max_qps: int, window: int, max_mtu: int,
-                 wqe_prefetch: int, deep_below: int, wqe_width: int):
+                 wqe_prefetch: int, deep_below: int, wqe_width: int, ctx_prefetch: int = 0):
         if not isinstance(cache_cfg, QpcCacheConfig):
             raise TypeError(f"cache_cfg must be a QpcCacheConfig, not {cache_cfg!r}")
         self.cache_cfg = cache_cfg
@@ -217,6 +225,9 @@ class DescriptorEngine(wiring.Component):
         if wqe_width not in DATAPATH_WIDTHS:
             raise ValueError(f"wqe_width must be 64, 128, 256 or 512, not {wqe_width!r}")
         self.deep_below, self.wqe_width = deep_below, wqe_width
+        if not 0 <= ctx_prefetch <= 8:
+            raise ValueError(f"ctx_prefetch must be 0..8, not {ctx_prefetch!r}")
+        self.ctx_prefetch = ctx_prefetch
         super().__init__({
             "enable": In(1), "reliable": In(1), "qpc_size": In(25), "quota": In(16), "port_lid": In(16),
             "sgid_index": Out(4), "sgid_gid": In(128), "sgid_mac": In(48), "sgid_vlan_id": In(12),
@@ -227,6 +238,7 @@ class DescriptorEngine(wiring.Component):
             "timer": Out(stream.Signature(timer_layout)),
             "qpc_req": Out(stream.Signature(request_layout(cache_cfg))),
             "qpc_resp": In(stream.Signature(response_layout(cache_cfg))),
+            "qpc_prefetch": Out(stream.Signature(24)),
             "m_axi": Out(AXI4Signature(addr_width=64, data_width=wqe_width, id_width=4)),
             "cq": Out(CqClientSignature),
             "desc": Out(stream.Signature(DescriptorLayout)),
@@ -246,6 +258,11 @@ class DescriptorEngine(wiring.Component):
         m.submodules.info = info = BlockFIFO(width=info_layout.size, depth=self.window, fabric_out=True)
         m.submodules.fetch = fetch = WqeFetch(self.wqe_prefetch, self.wqe_width)
         wiring.connect(m, wiring.flipped(self.m_axi), fetch.m_axi)
+        if self.ctx_prefetch:
+            m.submodules.prefetch = pf = ContextPrefetch(self.max_qps, self.ctx_prefetch)
+            m.d.comb += [pf.push.eq(ready.pushing), pf.push_qpn.eq(ready.pushed_qpn),
+                         pf.pop.eq(ready.head.valid & ready.head.ready)]
+            wiring.connect(m, pf.req, wiring.flipped(self.qpc_prefetch))
         Control(self, m, ready=ready, fetch=fetch, cqw=cqw, info=info).build()
         return m
 

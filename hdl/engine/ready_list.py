@@ -42,8 +42,8 @@ class ReadyList(wiring.Component):
         No entry in the list (``level == 0``; an entry written reaches ``head.valid`` clocks later).
     push_en, push_data : In
         Strobe: queue ``push_data`` (an :data:`entry_layout` value) at the next edge's write.
-    pushing : Out(1)
-        The registered write enable: an entry is being written in this clock.
+    pushing, pushed_qpn : Out(1), Out(24)
+        The registered write enable (an entry is being written in this clock) and the entry's QPN.
     mark_en, mark_data, mark_qpn, mark_offset : In
         Strobe: write ``mark_data`` as ``mark_qpn``'s scheduled bit and ``mark_offset`` as its parked
         offset (registered like ``push``).
@@ -62,7 +62,7 @@ class ReadyList(wiring.Component):
         exact_log2(max_qps)
         super().__init__({
             "head": Out(stream.Signature(entry_layout)), "empty": Out(1),
-            "push_en": In(1), "push_data": In(entry_layout), "pushing": Out(1),
+            "push_en": In(1), "push_data": In(entry_layout), "pushing": Out(1), "pushed_qpn": Out(24),
             "mark_en": In(1), "mark_data": In(1), "mark_qpn": In(24), "mark_offset": In(32),
             "clear": In(1), "clear_last": Out(1),
             "sched_qpn": In(24), "scheduled": Out(1), "parked_offset": Out(32),
@@ -89,7 +89,8 @@ class ReadyList(wiring.Component):
                      mark_addr.eq(Mux(self.clear, clear_qpn, self.mark_qpn[:qpn_bits]))]
         m.d.sync += [fifo.w_en.eq(self.push_en), fifo.w_data.eq(self.push_data),
                      sched_w.en.eq(mark_en), sched_w.data.eq(mark_data), sched_w.addr.eq(mark_addr)]
-        m.d.comb += [self.pushing.eq(fifo.w_en), self.empty.eq(fifo.empty),
+        m.d.comb += [self.pushing.eq(fifo.w_en), self.pushed_qpn.eq(data.View(entry_layout, fifo.w_data).qpn),
+                     self.empty.eq(fifo.empty),
                      self.head.valid.eq(fifo.r_rdy), self.head.payload.eq(fifo.r_data),
                      fifo.r_en.eq(self.head.ready)]
         check_credit(m, fifo, "engine: ready list (one entry per QP at most)")

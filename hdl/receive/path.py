@@ -90,8 +90,10 @@ class ReceivePath(wiring.Component):
         The responder's FSM state (for stall reports).
     """
 
-    def __init__(self, width: int, max_qps: int, cache: QpcCacheConfig, max_mtu: int = PathMtu.MTU_4096):
+    def __init__(self, width: int, max_qps: int, cache: QpcCacheConfig, max_mtu: int = PathMtu.MTU_4096,
+                 prefetch: bool = False):
         self.width, self.max_qps, self.cache, self.max_mtu = width, max_qps, cache, max_mtu
+        self.prefetch = prefetch
         super().__init__({
             "s_axis": In(AXIStreamSignature(width, user_width=1)),
             "rq_doorbell": In(stream.Signature(rq_doorbell_layout)),
@@ -99,6 +101,7 @@ class ReceivePath(wiring.Component):
             "m_axi_host": Out(AXI4Signature(data_width=width)),
             "qpc_req": Out(stream.Signature(request_layout(cache))),
             "qpc_resp": In(stream.Signature(response_layout(cache))),
+            "qpc_prefetch": Out(stream.Signature(24)),
             "cq": Out(CqClientSignature),
             "resp": Out(stream.Signature(resp_layout)),
             "ib": In(1), "mac": In(48), "lid": In(16),
@@ -141,6 +144,8 @@ class ReceivePath(wiring.Component):
             self.received.eq(fe.received), self.stateless.eq(fe.dropped),
         ]
         wiring.connect(m, fe.m_result, r.result)
+        if self.prefetch:
+            self.prefetch_waiting(m, fe.m_result)
         # receive-queue doorbells and REQ_TIMER writes first, then expired timers (a job each)
         db, ex = self.rq_doorbell, tt.expired
         m.d.comb += [r.rq_db.valid.eq(db.valid | ex.valid),
@@ -219,3 +224,17 @@ class ReceivePath(wiring.Component):
             m.d.comb += getattr(self.inc, n).eq(getattr(r.inc, n) + extra)
         m.d.comb += [self.inc.cqe_count.eq(cq.inc_cqe_count), self.inc.cqe_drops.eq(cq.inc_cqe_drops)]
         return m
+
+    def prefetch_waiting(self, m, res):
+        """``qpc_prefetch``: the QP of a good frame whose verdict waits for the responder (busy with an
+        earlier one), once per frame, if the responder will look it up (below ``qpc_size`` and
+        ``max_qps``)."""
+        pf, qpn = self.qpc_prefetch, res.payload.desc.dest_qp
+        asked = Signal()
+        with m.If(res.valid & res.ready):
+            m.d.sync += asked.eq(0)
+        with m.If(pf.ready):
+            m.d.sync += pf.valid.eq(0)
+        with m.If(res.valid & ~res.ready & ~asked & res.payload.ok & (qpn < self.qpc_size) &
+                  (qpn < self.max_qps) & (~pf.valid | pf.ready)):
+            m.d.sync += [pf.valid.eq(1), pf.payload.eq(qpn), asked.eq(1)]
