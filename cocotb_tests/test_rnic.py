@@ -27,7 +27,7 @@ from rnic.model.descriptor import LinkMode
 from rnic.model.qpc import PathMtu, QpState, ServiceType
 from rnic.model.regs import REG
 from rnic.model.wqe import CqeStatus, WqeFlags, WqeOpcode
-from rnic.sim.bench_engine_tb import bench_efficiency
+from rnic.sim.bench_engine_tb import bench_efficiency, bench_rate
 from rnic.sim.fast_harness import FastDevice, FastFrameClock, FastTB
 from rnic.sim.scenario import (CHECKED_REGS, CQ_RINGS, QPC_BASE, WorkloadBuilder, every_opcode_workload,
                                 random_workload)
@@ -215,6 +215,19 @@ async def test_read_width(dut):
         dut._log.info(f"W = {width}, {messages} x {size} B: efficiency {r['efficiency']:.3f}, "
                       f"{r['r_beats']} read beats, floor {floor}")
         assert r["efficiency"] >= floor, f"W = {width}, {size} B: {r['efficiency']} < {floor}"
+
+
+@cocotb.test()
+async def test_frames_in_beside(dut):
+    """64-byte SENDs over 48 QPs at quota 1 (the cache holds 16: turns miss) while as many frames come in
+    on ``s_axis`` for QPs drawn at random, back to back (UC SENDs to the RC QPs: each looked up by the
+    responder and dropped): the engine's frames, memory and counters still match the model, every frame in
+    is dropped as WRONG_SERVICE, and the cache counted a lookup for each beside the engine's."""
+    tb = FastTB(dut, seed_from_env(1))
+    r = await bench_rate(tb, 48, 144, 50, quota=1, rx=144)
+    dut._log.info(f"efficiency {r['efficiency']:.3f} with {r['rx']} frames in; QPC lookups {r['qpc_lookups']}")
+    assert r["frames"] == 144 - 48 and r["rx_dropped"] == 144
+    assert r["qpc_lookups"] >= 144 + 144, r          # a turn's own lookup per message, one per frame in
 
 
 @cocotb.test()

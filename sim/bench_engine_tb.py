@@ -19,12 +19,14 @@ from pathlib import Path
 import cocotb
 
 from ..model.config import RnicConfig
-from ..model.descriptor import LinkMode
+from ..model.descriptor import LinkMode, PacketDesc
+from ..model.frames import build_frame, normalize_desc
+from ..model.opcodes import Opcode
 from ..model.qpc import COUNTER_NAMES, PathMtu
 from ..model.regs import REG
 from ..model.wqe import WqeFlags, WqeOpcode
 from .fast_harness import FastFrameClock, FastTB
-from .scenario import DEFAULT_MAP, MemoryMap, WorkloadBuilder
+from .scenario import DEFAULT_MAP, SGIDS, MemoryMap, WorkloadBuilder
 from .toolchain import seed_from_env
 
 __all__ = ["build_rnic", "bench_efficiency", "bench_rate", "bench_latency", "bench_fairness", "BENCH_PARTS",
@@ -39,9 +41,10 @@ def build_rnic(config: RnicConfig, status=None):
     return ensure_build(config, fast=True, status=status or (lambda *a, **k: None))
 
 
-#: Host memory for up to 8 192 QPs: contexts from 1 MiB, 1 KiB send queues from 4 MiB, buffers from 12 MiB.
-_MANY_QPS_MAP = MemoryMap(qpc_base=0x10_0000, cq_base=0x30_0000, cq_rings=0x31_0000, cq_stride=0x2000,
-                          sq_rings=0x40_0000, sq_stride=0x400, buffers=0xC0_0000)
+#: Host memory (128 MiB) for up to 65 536 QPs: contexts from 1 MiB, 512-byte send queues (8 WQEs) from
+#: 16 MiB, buffers from 48 MiB.
+_MANY_QPS_MAP = MemoryMap(size=1 << 27, qpc_base=0x10_0000, cq_base=0x90_0000, cq_rings=0x91_0000,
+                          cq_stride=0x2000, sq_rings=0x100_0000, sq_stride=0x200, buffers=0x300_0000)
 
 
 def _beat_bytes(tb) -> int:
@@ -53,9 +56,29 @@ def _qpc_counters(tb) -> dict:
     return {name: tb.regs.get(f"QPC_{name.upper()}") for name in COUNTER_NAMES}
 
 
-async def _sends(tb, qps, size, mtu, messages, mem_latency, quota):
+#: The peer that sends the receive traffic of :func:`bench_rate` (``rx``).
+_PEER_MAC, _PEER_GID = 0x02_00_00_00_00_63, 0xFFFF_C0A8_0063
+
+
+def rx_frames(rng, qps: int, count: int, size: int = 64) -> list[bytes]:
+    """``count`` UC SEND-only frames of ``size`` bytes from a peer to this engine's port (SGID entry 0 of
+    the workloads) for QPs drawn at random from ``0 .. qps - 1``, with random PSNs. The bench's QPs are RC,
+    so the responder looks each one's context up and drops it (WRONG_SERVICE): a receive stream that
+    loads the QP context cache with random QPs and changes nothing else."""
+    port = SGIDS[0]
+    out = []
+    for _ in range(count):
+        desc = PacketDesc(mode=LinkMode.ROCEV2_IPV4, payload_len=size, dst_mac=port.mac, src_mac=_PEER_MAC,
+                          src_gid=_PEER_GID, dst_gid=port.gid, opcode=Opcode.UC_SEND_ONLY, pkey=0xFFFF,
+                          dest_qp=rng.randrange(qps), psn=rng.randrange(1 << 24), udp_sport=0xC000 | rng.randrange(1 << 14))
+        out.append(build_frame(normalize_desc(desc), rng.randbytes(size)))
+    return out
+
+
+async def _sends(tb, qps, size, mtu, messages, mem_latency, quota, rx=0):
     """Unsignaled RoCEv2 SENDs of ``size`` bytes posted round robin over ``qps`` QPs, every doorbell
-    before ENABLE, host memory answering ``mem_latency`` clocks after each AR, sink always ready.
+    before ENABLE, host memory answering ``mem_latency`` clocks after each AR, sink always ready; with
+    ``rx``, that many :func:`rx_frames` offered on ``s_axis`` back to back from ENABLE on.
     Returns the frame sizes in wire order and the :class:`FastFrameClock`."""
     # more QPs than the default memory map holds: one CQ for all (no CQEs are written), 1 KiB rings
     many = qps > DEFAULT_MAP.max_qps
@@ -68,8 +91,16 @@ async def _sends(tb, qps, size, mtu, messages, mem_latency, quota):
         b.qp(q, mtu=PathMtu.of_bytes(mtu), mode=LinkMode.ROCEV2_IPV4, sgid_index=0, cqn=0 if many else q)
     for k in range(messages):
         b.post(k % qps, WqeOpcode.SEND, size, flags=WqeFlags(0))
+    w = b.build()
+    frames = []
+    if rx:
+        port = SGIDS[0]
+        w.writes[-1:-1] = [(REG["PORT_MAC_LO"].offset, port.mac & 0xFFFF_FFFF), (REG["PORT_MAC_HI"].offset, port.mac >> 32),
+                           (REG["PORT_GIDS"].offset, 1)]
+        frames = rx_frames(tb.rng, qps, rx, 64)
     watch = FastFrameClock(tb)
-    model = await tb.run(b.build(), fixed_latency=mem_latency, timeout=2_000_000 + 4 * messages * (mem_latency + 50))
+    model = await tb.run(w, fixed_latency=mem_latency, timeout=2_000_000 + 4 * (messages + rx) * (mem_latency + 50),
+                         after_writes=lambda: [tb.bus.send_frame(f) for f in frames])
     return [len(p.frame()) for p in model.packets], watch
 
 
@@ -98,18 +129,21 @@ async def bench_efficiency(tb, qps, size, mtu, messages, mem_latency, quota=16):
             "idle_after_first_frame": idle_later, "frame_gaps": len(watch.gaps), **watch.read_channel(mem_latency)}
 
 
-async def bench_rate(tb, qps, messages, mem_latency, quota=1, size=64, mtu=4096):
+async def bench_rate(tb, qps, messages, mem_latency, quota=1, size=64, mtu=4096, rx=0):
     """Message rate: ``messages`` SENDs of ``size`` bytes round robin over ``qps`` QPs, ``quota``
     packets per scheduler turn (1: every message is a turn with its own QP context lookup). The
     first round (one message per QP, the cache's cold misses) is warm-up: rate and efficiency count
     from the first beat of the second round to the last beat. ``qpc_*``: the cache's counters over
-    the whole run."""
-    sizes, watch = await _sends(tb, qps, size, mtu, messages, mem_latency, quota)
+    the whole run. ``rx``: 64-byte frames for random QPs offered on ``s_axis`` at the same time
+    (:func:`rx_frames`); ``rx_dropped``: those the responder looked up and dropped (all of them)."""
+    sizes, watch = await _sends(tb, qps, size, mtu, messages, mem_latency, quota, rx)
+    rx_dropped = await tb.read_reg("RESP_DROP_WRONG_SERVICE") if rx else 0
+    assert rx_dropped == rx, f"{rx} frames in, {rx_dropped} dropped as WRONG_SERVICE"
     warmup = qps if len(sizes) > qps else 0
     wire, ideal, span = _span(tb, sizes, watch, warmup)
     counters = _qpc_counters(tb)
     return {"qps": qps, "size": size, "mtu": mtu, "quota": quota, "messages": messages, "mem_latency": mem_latency,
-            "warmup_frames": warmup, "frames": len(sizes) - warmup, "wire_bytes": wire, "ideal_beats": ideal,
+            "rx": rx, "rx_dropped": rx_dropped, "warmup_frames": warmup, "frames": len(sizes) - warmup, "wire_bytes": wire, "ideal_beats": ideal,
             "clocks": span, "msgs_per_kclk": round(1000 * (len(sizes) - warmup) / span, 2),
             "efficiency": round(ideal / span, 4), "bytes_per_clock": round(wire / span, 3),
             **{f"qpc_{k}": counters.get(k) for k in ("lookups", "hits", "misses")}, "frame_gaps": len(watch.gaps),

@@ -167,22 +167,26 @@ def _cmd_bench_pair(args) -> int:
 def _cmd_bench_qps(args) -> int:
     from .bench_qps import run_bench_qps
 
-    def ints(text, flag):
+    def ints(text, flag, least=1):
         try:
             values = [int(v) for v in text.split(",") if v.strip()]
         except ValueError:
             values = []
-        if not values or min(values) < 1:
-            raise ValueError(f"{flag} {text!r}: comma-separated positive integers")
+        if not values or min(values) < least:
+            raise ValueError(f"{flag} {text!r}: comma-separated {'positive' if least else 'non-negative'} integers")
         return values
     if args.quick:
-        args.qps, args.latencies, args.mshrs = "16,256", "50", "1"
-    if args.per_qp < 2:
-        raise ValueError(f"--per-qp {args.per_qp}: at least 2 (the first round is warm-up)")
+        args.qps, args.latencies, args.mshrs, args.prefetch, args.rx = "16,256", "50", "1", "0,2", "0,1"
+    if not 2 <= args.per_qp <= 7:
+        raise ValueError(f"--per-qp {args.per_qp}: 2 .. 7 (the first round is warm-up; a send queue holds 8 WQEs)")
+    prefetch = ints(args.prefetch, "--prefetch", least=0)
+    rx = ints(args.rx, "--rx", least=0)
+    if max(rx) > 1:
+        raise ValueError(f"--rx {args.rx!r}: 0 (transmit alone), 1 (a frame in per message out) or both")
     out = Path(args.out)
     run_bench_qps(out, qps=ints(args.qps, "--qps"), latencies=ints(args.latencies, "--latencies"),
-                  quotas=ints(args.quotas, "--quotas"), mshrs=ints(args.mshrs, "--mshrs"), per_qp=args.per_qp,
-                  seed=args.seed, status=_status)
+                  quotas=ints(args.quotas, "--quotas"), mshrs=ints(args.mshrs, "--mshrs"), prefetch=prefetch, rx=rx,
+                  per_qp=args.per_qp, seed=args.seed, status=_status)
     print((out / "report.md").read_text())
     print(f"wrote {out / 'report.md'}")
     return 0
@@ -301,14 +305,18 @@ def main(argv: list[str] | None = None) -> int:
     bp.add_argument("--seeds", type=int, default=3, help="runs per lossy rate (default 3)")
     bp.set_defaults(func=_cmd_bench_pair)
     bq = sub.add_parser("bench-qps", help="the engine's message rate against the number of active QPs, with "
-                                          "the QP context cache's MSHRs (docs/qp-context.md)")
+                                          "the QP context cache's MSHRs, context prefetch and receive traffic "
+                                          "(docs/qp-context.md)")
     bq.add_argument("--out", required=True, metavar="DIR", help="folder for qps.csv, report.md, results.json, qps.png")
     bq.add_argument("--quick", action="store_true", help="16 and 256 QPs, 50-clock memory, one MSHR")
     bq.add_argument("--qps", default="16,256,4096", help="comma-separated active QP counts (default 16,256,4096)")
     bq.add_argument("--latencies", default="50,200", help="memory latencies in clocks (default 50,200)")
     bq.add_argument("--quotas", default="1,16", help="scheduler quotas (default 1,16)")
     bq.add_argument("--mshrs", default="1,4", help="QP context cache MSHR counts (default 1,4)")
-    bq.add_argument("--per-qp", type=int, default=4, help="messages per QP (default 4)")
+    bq.add_argument("--prefetch", default="0,2", help="context prefetch distances, 0 = off (default 0,2)")
+    bq.add_argument("--rx", default="0,1", help="0: transmit alone, 1: with a 64-byte frame in for a random QP per "
+                                                "message out (default 0,1)")
+    bq.add_argument("--per-qp", type=int, default=4, help="messages per QP, 2 .. 7 (default 4)")
     bq.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
     bq.set_defaults(func=_cmd_bench_qps)
     speed = sub.add_parser("bench-speed", help="simulation speed: clocks/s on the cocotbext-axi path, the fast path "

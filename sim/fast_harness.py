@@ -12,7 +12,7 @@ from __future__ import annotations
 from cocotb.triggers import First, Timer
 
 from ..model.config import RnicConfig
-from ..model.regs import REG
+from ..model.regs import REG, RX_STATELESS
 from .harness import CLOCK_NS, EngineHarness, FrameTimes, clock_now
 from .scenario import MEM_SIZE
 from .sim_top import HostBus
@@ -32,6 +32,7 @@ class FastTB(EngineHarness):
         self.width = self.config.width
         self.bus = HostBus()
         self.read_latency = 0      # the memory's read latency of the current run (start)
+        self.mem_size = MEM_SIZE
         self.bus.configure(MEM_SIZE, seed)
         self.reseed(seed)
 
@@ -72,8 +73,11 @@ class FastTB(EngineHarness):
     async def write_offset(self, offset: int, value: int) -> None:
         await self.wait_op(self.bus.reg_write(offset, value))
 
-    async def start(self, mem, *, latency, pause, sink_pause, fixed_latency):
+    async def start(self, mem, *, latency, pause, sink_pause, fixed_latency, size=MEM_SIZE):
         bus = self.bus
+        if size != self.mem_size:                     # a workload's memory map of another size
+            bus.configure(size, 0)
+            self.mem_size = size
         bus.seed(self.rng.getrandbits(64))
         bus.mem_clear()
         for page, content in mem.pages.items():
@@ -95,7 +99,17 @@ class FastTB(EngineHarness):
             await self.wait_op(ops[-1], REG_TIMEOUT + (32 + self.read_latency) * len(ops))
 
     async def wait_idle(self, timeout, progress) -> int:
+        """Clocks until STATUS.IDLE, polled; with frames queued for ``s_axis``, first until every one
+        has gone in and has its front end verdict (idle shows between frames)."""
         start = self.bus.clock()
+        if self.bus.rx_left() or self.bus.rx_sent():
+            names = ["RX_ACCEPTED"] + [f"RX_{n.upper()}" for n in RX_STATELESS]
+            while True:
+                if self.bus.clock() - start > timeout:
+                    raise TimeoutError(f"seed {self.seed}: frames in not all taken after {timeout} clocks")
+                if not self.bus.rx_left() and sum([await self.read_reg(n) for n in names]) >= self.bus.rx_sent():
+                    break
+                await self.wait_clocks(POLL_CLOCKS)
         op = self.bus.reg_poll(REG["STATUS"].offset, 1, 1, POLL_CLOCKS)
         try:
             await self.wait_op(op, timeout, progress)

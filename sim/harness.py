@@ -131,14 +131,18 @@ class EngineHarness:
         return await self.read_offset(REG[name].offset)
 
     async def execute(self, w, *, latency=(0, 0), pause=0.0, sink_pause=0.0, timeout=2_000_000, fixed_latency=0,
-                      settle=0, skip_regs=(), progress=None) -> RunResult:
+                      settle=0, skip_regs=(), progress=None, after_writes=None) -> RunResult:
         """Run workload ``w`` on the RTL from reset and compare it with the model.
         ``self.busy_s`` is left with the wall seconds from the last register write to idle.
         ``settle`` clocks are waited after idle (interrupt timer); ``skip_regs`` are not compared;
-        ``progress(clocks)`` is called while the engine runs."""
-        await self.start(w.mem, latency=latency, pause=pause, sink_pause=sink_pause, fixed_latency=fixed_latency)
+        ``progress(clocks)`` is called while the engine runs; ``after_writes()`` right after the register writes
+        (the frames a bench sends in)."""
+        await self.start(w.mem, latency=latency, pause=pause, sink_pause=sink_pause, fixed_latency=fixed_latency,
+                         size=w.memory_map.size)
         model = expected(w, self.config)
         await self.write_regs(w.writes)
+        if after_writes is not None:
+            after_writes()
         started = time.perf_counter()
         clocks = await self.wait_idle(timeout, progress)
         self.busy_s = time.perf_counter() - started
@@ -220,7 +224,8 @@ class TB(EngineHarness):
     async def read_offset(self, offset: int) -> int:
         return await self.axil.read_dword(offset)
 
-    async def start(self, mem, *, latency, pause, sink_pause, fixed_latency):
+    async def start(self, mem, *, latency, pause, sink_pause, fixed_latency, size=MEM_SIZE):
+        assert size <= MEM_SIZE, f"a {size}-byte memory map: the AxiRam holds {MEM_SIZE} bytes"
         self.ram.rng = self.rng
         self.ram.load(mem, latency, pause, fixed_latency)
         self.backpressure(sink_pause)

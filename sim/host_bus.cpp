@@ -1,5 +1,5 @@
 // The bus models of the fast simulation top (sim/sim_top.py): host memory as an AXI4 slave, the
-// frame sink (AXI4-Stream), the register master (AXI4-Lite) and reset. The generated SystemVerilog
+// frame sink and the frame source (AXI4-Stream), the register master (AXI4-Lite) and reset. The generated SystemVerilog
 // top calls rnic_sim_tick() once per rising edge with the DUT's outputs as they were before the edge
 // and registers what it returns: every model output changes just after an edge, as a flip-flop's
 // would. Python reaches the state through the extern "C" functions at the end (ctypes), between
@@ -8,6 +8,7 @@
 // Random choices (memory latency, per-channel stalls, sink backpressure) come from one seeded
 // splitmix64 generator, so a run is repeatable from its seed.
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <deque>
@@ -42,6 +43,11 @@ struct Burst {
 struct Frame {
     std::vector<uint8_t> data;
     int user;
+};
+
+struct RxFrame {
+    std::vector<uint8_t> data;
+    uint64_t gap;       // clocks from the end of the frame before (or from its push) to its first beat
 };
 
 enum OpKind { OP_WRITE, OP_READ, OP_POLL };
@@ -80,6 +86,13 @@ struct Sim {
 
     std::vector<uint8_t> partial;
     std::vector<Frame> frames;
+
+    std::deque<RxFrame> rx;                              // frames to send on s_axis, in order
+    size_t rx_off = 0;                                   // the next beat's first byte in rx.front()
+    uint64_t rx_wake = 0, rx_sent = 0;                   // the front frame starts at rx_wake; frames sent
+    bool s_tvalid = false, s_tlast = false;
+    uint64_t s_tkeep = 0;
+    std::vector<uint8_t> s_tdata;
 
     std::vector<Op> ops;
     size_t op_next = 0;                                  // the op on the bus (== ops.size(): none)
@@ -185,6 +198,16 @@ void start_op() {
         S.l_ar = true;
 }
 
+void load_rx_beat() {
+    const std::vector<uint8_t>& d = S.rx.front().data;
+    size_t n = std::min(size_t(S.lanes), d.size() - S.rx_off);
+    std::fill(S.s_tdata.begin(), S.s_tdata.end(), 0);
+    std::memcpy(S.s_tdata.data(), d.data() + S.rx_off, n);
+    S.s_tkeep = n >= 64 ? ~uint64_t(0) : (uint64_t(1) << n) - 1;
+    S.s_tlast = S.rx_off + n >= d.size();
+    S.s_tvalid = true;
+}
+
 void clear_channels() {
     S.reads.clear();
     S.writes.clear();
@@ -193,6 +216,8 @@ void clear_channels() {
     S.l_aw = S.l_w = S.l_b = S.l_ar = S.l_r = S.l_started = false;
     S.partial.clear();
     S.mid_frame = false;
+    S.s_tvalid = false;
+    S.rx_off = 0;
 }
 
 }  // namespace
@@ -202,6 +227,7 @@ void clear_channels() {
 void rnic_sim_init(int width) {
     S.lanes = width / 8;
     S.rdata.assign(S.lanes, 0);
+    S.s_tdata.assign(S.lanes, 0);
     if (S.mem.empty())
         S.mem.assign(1 << 25, 0);
 }
@@ -212,11 +238,12 @@ void rnic_sim_tick(
         svBit wvalid, const svBitVecVal* wdata, long long wstrb, svBit wlast, svBit bready,
         svBit tvalid, const svBitVecVal* tdata, long long tkeep, svBit tlast, svBit tuser,
         svBit l_awready, svBit l_wready, svBit l_bvalid, int l_bresp,
-        svBit l_arready, svBit l_rvalid, int l_rdata, int l_rresp, svBit irq,
+        svBit l_arready, svBit l_rvalid, int l_rdata, int l_rresp, svBit irq, svBit s_tready,
         svBit* o_rst, svBit* o_arready, svBit* o_rvalid, svBitVecVal* o_rdata, int* o_rid, int* o_rresp,
         svBit* o_rlast, svBit* o_awready, svBit* o_wready, svBit* o_bvalid, int* o_bid, int* o_bresp,
         svBit* o_tready, svBit* o_l_awvalid, int* o_l_awaddr, svBit* o_l_wvalid, int* o_l_wdata,
-        svBit* o_l_bready, svBit* o_l_arvalid, int* o_l_araddr, svBit* o_l_rready, svBit* o_notify) {
+        svBit* o_l_bready, svBit* o_l_arvalid, int* o_l_araddr, svBit* o_l_rready, svBit* o_notify,
+        svBit* o_s_tvalid, svBitVecVal* o_s_tdata, long long* o_s_tkeep, svBit* o_s_tlast, svBit* o_s_tuser) {
     S.clock++;
     S.irq = irq;
     if (S.watch && !S.rst) {
@@ -255,6 +282,17 @@ void rnic_sim_tick(
         }
         if (tvalid && S.tready)
             take_stream_beat(tdata, uint64_t(tkeep), tlast, tuser);
+        if (S.s_tvalid && s_tready) {
+            S.s_tvalid = false;
+            S.rx_off += S.lanes;
+            if (S.s_tlast) {
+                S.rx.pop_front();
+                S.rx_off = 0;
+                S.rx_sent++;
+                if (!S.rx.empty())
+                    S.rx_wake = S.clock + S.rx.front().gap;
+            }
+        }
 
         if (S.l_started) {
             Op& op = S.ops[S.op_next];
@@ -295,6 +333,8 @@ void rnic_sim_tick(
             S.bresp = S.responses.front().second;
         }
         S.tready = !S.rng.chance(S.sink_pause);
+        if (!S.s_tvalid && !S.rx.empty() && S.clock >= S.rx_wake)
+            load_rx_beat();
     }
     if (S.reset_left) {
         S.rst = true;
@@ -331,6 +371,16 @@ void rnic_sim_tick(
     *o_l_araddr = op ? int(op->addr) : 0;
     *o_l_rready = S.l_r;
     *o_notify = S.notify;
+    *o_s_tvalid = S.s_tvalid;
+    for (int i = 0; i < S.lanes; i += 4) {
+        uint32_t v = 0;
+        for (int k = 0; k < 4 && i + k < S.lanes; k++)
+            v |= uint32_t(S.s_tdata[i + k]) << (8 * k);
+        o_s_tdata[i / 4] = v;
+    }
+    *o_s_tkeep = (long long)S.s_tkeep;
+    *o_s_tlast = S.s_tlast;
+    *o_s_tuser = 0;
 }
 
 // ---- called from Python (ctypes) between clock edges --------------------------------------------
@@ -386,6 +436,9 @@ void rnic_sim_reset(uint32_t clocks) {
     S.ops.clear();
     S.op_next = 0;
     S.l_started = false;
+    S.rx.clear();
+    S.rx_off = 0;
+    S.rx_sent = 0;
 }
 
 uint64_t rnic_sim_clock() { return S.clock; }
@@ -416,6 +469,16 @@ int rnic_sim_frame_user(uint64_t i) { return S.frames[i].user; }
 void rnic_sim_frame_copy(uint64_t i, uint8_t* out) {
     std::memcpy(out, S.frames[i].data.data(), S.frames[i].data.size());
 }
+
+// Queue a frame for s_axis: its first beat `gap` clocks after the frame before it ends (or after now).
+void rnic_sim_rx_push(const uint8_t* data, uint64_t n, uint64_t gap) {
+    if (S.rx.empty())
+        S.rx_wake = S.clock + gap;
+    S.rx.push_back({std::vector<uint8_t>(data, data + n), gap});
+}
+
+uint64_t rnic_sim_rx_sent() { return S.rx_sent; }
+uint64_t rnic_sim_rx_left() { return S.rx.size(); }
 
 void rnic_sim_watch(int on) {
     S.watch = on;

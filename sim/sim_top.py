@@ -1,4 +1,4 @@
-"""The fast simulation top: the ``Rnic`` with its host memory, frame sink and register master inside
+"""The fast simulation top: the ``Rnic`` with its host memory, frame sink, frame source and register master inside
 the Verilator model, and the Python binding that reaches them without stepping the clock.
 
 :func:`sim_top_verilog` writes a SystemVerilog module ``rnic_sim`` around the Amaranth ``rnic``: one
@@ -38,7 +38,7 @@ _INPUTS = [
     ("m_axis__tuser", "bit"),
     ("s_axil__awready", "bit"), ("s_axil__wready", "bit"), ("s_axil__bvalid", "bit"), ("s_axil__bresp", "int"),
     ("s_axil__arready", "bit"), ("s_axil__rvalid", "bit"), ("s_axil__rdata", "int"), ("s_axil__rresp", "int"),
-    ("irq", "bit"),
+    ("irq", "bit"), ("s_axis__tready", "bit"),
 ]
 # the DPI outputs, in order: the DUT input each drives (None: a port of rnic_sim)
 _OUTPUTS = [
@@ -49,6 +49,8 @@ _OUTPUTS = [
     ("s_axil__awvalid", "bit"), ("s_axil__awaddr", "int"), ("s_axil__wvalid", "bit"), ("s_axil__wdata", "int"),
     ("s_axil__bready", "bit"), ("s_axil__arvalid", "bit"), ("s_axil__araddr", "int"), ("s_axil__rready", "bit"),
     ("notify", "bit"),
+    ("s_axis__tvalid", "bit"), ("s_axis__tdata", "data"), ("s_axis__tkeep", "longint"), ("s_axis__tlast", "bit"),
+    ("s_axis__tuser", "bit"),
 ]
 _TIED = {"s_axil__awprot": 0, "s_axil__arprot": 0, "s_axil__wstrb": 0xF}
 
@@ -137,6 +139,7 @@ class HostBus:
             "frame_copy": ([u64, ctypes.c_void_p], None),
             "watch": ([ctypes.c_int], None), "trace_len": ([ctypes.c_int], u64),
             "trace_copy": ([ctypes.c_int, ctypes.c_void_p], None),
+            "rx_push": ([ctypes.c_char_p, u64, u64], None), "rx_sent": ([], u64), "rx_left": ([], u64),
         }
         for name, (argtypes, restype) in sigs.items():
             f = getattr(lib, f"rnic_sim_{name}")
@@ -155,6 +158,11 @@ class HostBus:
         if self.mem_read(addr, buf, n):
             raise ValueError(f"read of {n} bytes at 0x{addr:x} is outside host memory")
         return buf.raw
+
+    def send_frame(self, data: bytes, gap: int = 0) -> None:
+        """Queue a frame for ``s_axis``: its first beat ``gap`` clocks after the one before it ends (or
+        after now); ``rx_sent()`` counts the frames sent since the reset (a reset drops the queue)."""
+        self.rx_push(bytes(data), len(data), gap)
 
     def frames(self) -> list[tuple[bytes, int]]:
         """Every frame captured since the reset: ``(bytes, tuser of its last beat)``."""
