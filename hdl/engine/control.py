@@ -38,7 +38,7 @@ ready-list entry; its WQE is read again at the next turn. Under CONTROL.RELIABLE
 requester's holds (window, ``max_rd_atomic``, FENCE, an RNR wait): its turn ends and it is *parked*,
 its offset kept beside its scheduled bit until a doorbell queues it again. The requester's results
 (``upd``) are applied between turns too (:mod:`.update_states`): its fields, a move of the send pointer
-(a queued QP is then marked *rewound*: one bit per QP in flip-flops, its next turn starts at offset 0),
+(a queued QP is then marked *rewound*: one bit per QP in the ready list's memory, its next turn starts at offset 0),
 and the QP queued again.
 
 The blocks (one file each): :class:`.ready_list.ReadyList`, :class:`.ctx_prefetch.ContextPrefetch`,
@@ -377,6 +377,7 @@ class Control(ControlBase, DoorbellStates, TurnStates, IssueStates, CommitStates
         m.d.comb += self.cq_wait.eq(fsm.ongoing("Complete-Wait") | fsm.ongoing("CQ-DB-Wait"))
         m.d.sync += Assert(~cqw.err.valid | self.cq_wait, "engine: a completion writer report outside its wait\n")
         m.d.comb += fetch.fetch_state.eq(fsm.ongoing("Fetch"))
+        self.rewound_reads(fsm)
 
         # qpc_resp.ready is 1 (see request()): a response outside these states would be lost. An
         # assertion in simulation (Verilator --assert); synthesis removes it.

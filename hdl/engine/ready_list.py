@@ -55,6 +55,12 @@ class ReadyList(wiring.Component):
         The QP whose scheduled bit ``scheduled`` shows, a clock after ``sched_qpn`` (transparent
         for the bit's write).
     scheduled, parked_offset : Out(1), Out(32)
+    rew_en, rew_data, rew_qpn : In
+        Strobe: write ``rew_data`` as ``rew_qpn``'s *rewound* bit (a queued QP whose entry's offset is
+        stale: the requester moved its send pointer), at the next edge.
+    rew_read_qpn : In(24); rewound : Out(1)
+        The rewound bit of ``rew_read_qpn``, a clock after it (transparent for the bit's write). One
+        memory bit per QP, cleared with the scheduled bits after reset.
     """
 
     def __init__(self, max_qps: int = 256):
@@ -66,6 +72,7 @@ class ReadyList(wiring.Component):
             "mark_en": In(1), "mark_data": In(1), "mark_qpn": In(24), "mark_offset": In(32),
             "clear": In(1), "clear_last": Out(1),
             "sched_qpn": In(24), "scheduled": Out(1), "parked_offset": Out(32),
+            "rew_en": In(1), "rew_data": In(1), "rew_qpn": In(24), "rew_read_qpn": In(24), "rewound": Out(1),
         })
 
     def elaborate(self, platform):
@@ -87,6 +94,12 @@ class ReadyList(wiring.Component):
         m.d.comb += [mark_en.eq(self.clear | self.mark_en),
                      mark_data.eq(Mux(self.clear, 0, Cat(self.mark_data, self.mark_offset))),
                      mark_addr.eq(Mux(self.clear, clear_qpn, self.mark_qpn[:qpn_bits]))]
+        m.submodules.rew = rew = Memory(shape=1, depth=max_qps, init=[])
+        rew_w = rew.write_port()
+        rew_r = rew.read_port(transparent_for=(rew_w,))
+        m.d.comb += [rew_w.en.eq(self.clear | self.rew_en), rew_w.data.eq(~self.clear & self.rew_data),
+                     rew_w.addr.eq(Mux(self.clear, clear_qpn, self.rew_qpn[:qpn_bits])),
+                     rew_r.addr.eq(self.rew_read_qpn[:qpn_bits]), self.rewound.eq(rew_r.data)]
         m.d.sync += [fifo.w_en.eq(self.push_en), fifo.w_data.eq(self.push_data),
                      sched_w.en.eq(mark_en), sched_w.data.eq(mark_data), sched_w.addr.eq(mark_addr)]
         m.d.comb += [self.pushing.eq(fifo.w_en), self.pushed_qpn.eq(data.View(entry_layout, fifo.w_data).qpn),

@@ -10,7 +10,7 @@ starts at offset 0), and a woken QP with work and no RNR wait is queued. ``upd``
 completer's next job reads a context that holds this one.
 """
 
-from amaranth import Cat, Signal
+from amaranth import Cat, Mux, Signal
 from amaranth.hdl import Assert
 from amaranth.lib.fifo import SyncFIFOBuffered
 
@@ -28,10 +28,6 @@ class UpdateStates:
     def update_signals(self):
         e = self.e
         self.upd = Signal.like(e.upd.payload)
-        # a QP moved while in the ready list: its queued offset is stale (one bit per QP, cleared as its
-        # turn starts)
-        self.rewound = Signal(e.max_qps)
-        self.qpn_bits = max(1, (e.max_qps - 1).bit_length())
         self.upd_queue = Signal()
 
     def timer_arms(self):
@@ -83,12 +79,27 @@ class UpdateStates:
             with m.Elif(u.move & ~ready.scheduled):
                 m.d.comb += [ready.mark_en.eq(1), ready.mark_data.eq(0)]       # parked: no offset kept
             with m.If(u.move & ready.scheduled):
-                m.d.sync += self.rewound.bit_select(self.qpn[:self.qpn_bits], 1).eq(1)
+                # queued: its entry's offset is stale (the ready list's rewound bit, cleared as its turn starts)
+                m.d.comb += [ready.rew_en.eq(1), ready.rew_qpn.eq(self.qpn), ready.rew_data.eq(1)]
             m.next = "Idle"
 
     def turn_rewound(self, qpn):
-        """The turn of ``qpn`` starts: a stale offset becomes 0 (and the mark is cleared)."""
-        m = self.m
-        bit = self.rewound.bit_select(qpn[:self.qpn_bits], 1)
-        with m.If(bit):
-            m.d.sync += [self.offset.eq(0), bit.eq(0)]
+        """The turn of ``qpn`` starts: a stale offset becomes 0 (and the mark is cleared). ``qpn`` is the
+        ready list's ``rew_read_qpn`` since the clock before (``rewound_reads``)."""
+        m, ready = self.m, self.ready
+        with m.If(ready.rewound):
+            m.d.sync += self.offset.eq(0)
+            m.d.comb += [ready.rew_en.eq(1), ready.rew_qpn.eq(qpn), ready.rew_data.eq(0)]
+
+    def rewound_reads(self, fsm):
+        """The rewound bit read for the QP whose turn starts next: Handoff's (the lookahead's QP, from
+        Handoff on), else the turn's own (``qpn``, set as Turn is entered); Asserts check that the
+        address was the same the clock before each use."""
+        m, ready, fetch = self.m, self.ready, self.fetch
+        handoff = fsm.ongoing("Handoff") | fsm.ongoing("Handoff-Resp")
+        m.d.comb += ready.rew_read_qpn.eq(Mux(handoff, fetch.la_qpn, self.qpn))
+        last = Signal(24)
+        m.d.sync += last.eq(ready.rew_read_qpn)
+        for state in ("Turn-Resp", "Handoff-Resp"):
+            m.d.sync += Assert(~fsm.ongoing(state) | (last == ready.rew_read_qpn),
+                               f"engine: the rewound bit's address moved before {state}\n")
