@@ -412,9 +412,9 @@ def test_rnic_widths(width):
 
 
 @pytest.mark.slow
-def test_rnic_mshrs():
-    """Every test on an engine whose QP context cache keeps four misses outstanding."""
-    _run(CONFIG.replace(qpc={"mshrs": 4}))
+def test_rnic_one_mshr():
+    """Every test on an engine whose QP context cache keeps one miss outstanding (the default is four)."""
+    _run(CONFIG.replace(qpc={"mshrs": 1}))
 
 
 @pytest.mark.slow

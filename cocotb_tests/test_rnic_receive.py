@@ -207,6 +207,7 @@ def test_rnic_receive():
 
 
 @pytest.mark.slow
-def test_rnic_receive_mshrs():
-    """The receive path's and the engine's lookups through a QP context cache with four MSHRs."""
-    _run(RnicConfig().replace(qpc={"mshrs": 4}))
+def test_rnic_receive_one_mshr():
+    """The receive path's and the engine's lookups through a QP context cache with one MSHR (the default
+    is four)."""
+    _run(RnicConfig().replace(qpc={"mshrs": 1}))

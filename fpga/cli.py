@@ -27,7 +27,7 @@ SUPPORTED_WIDTHS = DATAPATH_WIDTHS
 # the whole engine, or one of the blocks of Rnic.block_factories()
 BLOCKS = ("rnic", "regs", "cache", "engine", "reader", "builder", "gate", "axi", "path", "rx", "responder")
 # the report's config section: these RnicConfig parameters besides width and the cache geometry
-ENGINE_PARAMS = ("max_qps", "max_mtu", "window", "payload_queue", "desc_queue", "wqe_prefetch")
+ENGINE_PARAMS = ("max_qps", "max_mtu", "window", "payload_queue", "desc_queue", "wqe_prefetch", "ctx_prefetch")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -7,8 +7,8 @@ from rnic.sim.cli import main
 
 
 def test_configs_hold_the_qps():
-    assert config_for(16, 1) == RnicConfig()
-    assert config_for(256, 1) == RnicConfig()
+    assert config_for(16, 4) == RnicConfig()
+    assert config_for(256, 4) == RnicConfig() and config_for(256, 1).qpc.mshrs == 1
     big = config_for(4096, 4)
     assert big.max_qps == 4096 and big.qpc.mshrs == 4
     assert config_for(3000, 2).max_qps == 4096

@@ -68,7 +68,7 @@ def test_payload_queue_bound_follows_width_and_mtu():
 
 def test_replace_and_qpc_changes():
     c = RnicConfig().replace(width=128, qpc={"entries": 64})
-    assert c.width == 128 and c.qpc == QpcCacheConfig(entries=64, ways=4)
+    assert c.width == 128 and c.qpc == QpcCacheConfig(entries=64, ways=4, mshrs=4)
     assert RnicConfig().width == 64                              # frozen: the original is unchanged
     with pytest.raises(dataclasses.FrozenInstanceError):
         c.width = 256
@@ -87,7 +87,7 @@ def test_json_round_trip():
         assert RnicConfig.from_json(c.to_json()) == c
         assert RnicConfig.from_dict(c.to_dict()) == c
     assert RnicConfig.from_json('{"width": 128}') == RnicConfig(width=128)     # the rest: defaults
-    assert RnicConfig.from_json('{"qpc": {"ways": 2}}').qpc == QpcCacheConfig(ways=2)
+    assert RnicConfig.from_json('{"qpc": {"ways": 2}}').qpc == QpcCacheConfig(ways=2, mshrs=4)
     for bad, message in (("[1]", "must be an object"), ("{", "configuration JSON"),
                          ('{"width": "64"}', "width must be an integer")):
         with pytest.raises(ValueError, match=message):
@@ -127,7 +127,7 @@ def test_keys_name_configurations_apart():
 def test_derived_values():
     c = RnicConfig(width=128, max_mtu=1024, max_qps=64)
     assert (int(c.mtu), c.qps_log2, c.deep_below, c.beat_bytes) == (3, 6, 1024, 16)
-    assert c.cache_qpc == QpcCacheConfig(qpn_bits=6)
+    assert c.cache_qpc == QpcCacheConfig(qpn_bits=6, mshrs=4)
     assert RnicConfig().replace(qpc={"qpn_bits": 4}).cache_qpc.qpn_bits == 4
 
 
@@ -136,7 +136,7 @@ def test_command_line_overrides():
     add_config_arguments(p)
     assert config_from_args(p.parse_args([])) == RnicConfig()
     args = p.parse_args(["--width", "128", "--qp-cache", "2", "--max-qps", "64"])
-    assert config_from_args(args) == RnicConfig(width=128, max_qps=64, qpc=QpcCacheConfig(entries=2, ways=2))
+    assert config_from_args(args) == RnicConfig(width=128, max_qps=64, qpc=QpcCacheConfig(entries=2, ways=2, mshrs=4))
     args = p.parse_args(["--config", '{"width": 256, "window": 8}', "--window", "16"])
     assert config_from_args(args) == RnicConfig(width=256, window=16)
     base = RnicConfig(max_mtu=1024)

@@ -58,7 +58,8 @@ def test_defaults_and_config():
     assert cli.engine_config(args) == {"width": d.width, "qp_cache_entries": d.qpc.entries,
                                        "qp_cache_ways": d.qpc.ways, "max_qps": d.max_qps, "max_mtu": d.max_mtu,
                                        "window": d.window, "payload_queue": d.payload_queue,
-                                       "desc_queue": d.desc_queue, "wqe_prefetch": d.wqe_prefetch}
+                                       "desc_queue": d.desc_queue, "wqe_prefetch": d.wqe_prefetch,
+                                       "ctx_prefetch": d.ctx_prefetch}
     assert args.target_mhz == 156.25 and args.seed == 1 and args.markdown is None
     assert cli.default_name(args) == "rnic"
     assert cli.engine_config(args, cli.build_engine(args)) == cli.engine_config(args)
