@@ -131,7 +131,9 @@ async def _case(dut, rng, a: Side, b: Side, mode: LinkMode, service: ServiceType
     while True:
         await ClockCycles(dut.clk, 200)
         now = (len(a.sent), len(b.sent), await b.reg("RX_ACCEPTED"), await a.reg("RX_ACCEPTED"))
-        if (len(a.sent), len(b.sent)) == (len(want_a), len(want_b)) and await a.reg("STATUS") & 1 \
+        # every frame sent has been taken by its peer's responder (STATUS shows idle between frames,
+        # while one is still on the link or in the front end), and both are idle
+        if now == (len(want_a), len(want_b), len(want_a), len(want_b)) and await a.reg("STATUS") & 1 \
                 and await b.reg("STATUS") & 1:
             break
         waited = waited + 200 if now == last else 0
