@@ -135,7 +135,8 @@ async def bench_rate(tb, qps, messages, mem_latency, quota=1, size=64, mtu=4096,
     first round (one message per QP, the cache's cold misses) is warm-up: rate and efficiency count
     from the first beat of the second round to the last beat. ``qpc_*``: the cache's counters over
     the whole run. ``rx``: 64-byte frames for random QPs offered on ``s_axis`` at the same time
-    (:func:`rx_frames`); ``rx_dropped``: those the responder looked up and dropped (all of them)."""
+    (:func:`rx_frames`); ``rx_dropped``: those the responder looked up and dropped (all of them);
+    ``run_clocks``: the register writes' end to idle, the frames in all taken."""
     sizes, watch = await _sends(tb, qps, size, mtu, messages, mem_latency, quota, rx)
     rx_dropped = await tb.read_reg("RESP_DROP_WRONG_SERVICE") if rx else 0
     assert rx_dropped == rx, f"{rx} frames in, {rx_dropped} dropped as WRONG_SERVICE"
@@ -143,7 +144,7 @@ async def bench_rate(tb, qps, messages, mem_latency, quota=1, size=64, mtu=4096,
     wire, ideal, span = _span(tb, sizes, watch, warmup)
     counters = _qpc_counters(tb)
     return {"qps": qps, "size": size, "mtu": mtu, "quota": quota, "messages": messages, "mem_latency": mem_latency,
-            "rx": rx, "rx_dropped": rx_dropped, "warmup_frames": warmup, "frames": len(sizes) - warmup, "wire_bytes": wire, "ideal_beats": ideal,
+            "rx": rx, "rx_dropped": rx_dropped, "run_clocks": tb.clocks, "warmup_frames": warmup, "frames": len(sizes) - warmup, "wire_bytes": wire, "ideal_beats": ideal,
             "clocks": span, "msgs_per_kclk": round(1000 * (len(sizes) - warmup) / span, 2),
             "efficiency": round(ideal / span, 4), "bytes_per_clock": round(wire / span, 3),
             **{f"qpc_{k}": counters.get(k) for k in ("lookups", "hits", "misses")}, "frame_gaps": len(watch.gaps),

@@ -28,8 +28,8 @@ from ..model.config import RnicConfig
 
 __all__ = ["plan", "config_for", "run_bench_qps", "markdown"]
 
-FIELDS = ("qps", "mem_latency", "quota", "mshrs", "prefetch", "rx", "rx_dropped", "max_qps", "messages", "frames", "clocks", "efficiency",
-          "msgs_per_kclk", "qpc_lookups", "qpc_hits", "qpc_misses")
+FIELDS = ("qps", "mem_latency", "quota", "mshrs", "prefetch", "rx", "rx_dropped", "max_qps", "messages", "frames",
+          "clocks", "run_clocks", "efficiency", "msgs_per_kclk", "qpc_lookups", "qpc_hits", "qpc_misses")
 
 
 #: Published figures for commodity RNICs (relative message rate against active connections), drawn beside ours
@@ -94,13 +94,20 @@ def markdown(rows: list[dict], seed: int = 1) -> str:
     head = [f"64-byte SENDs at W = 64, seed {seed}: efficiency (messages per 1000 clocks), after the first round; "
             "the cache's lookups / hits / misses over the whole run; frames in: 64-byte frames for random QPs "
             "offered at the same time (every one looked up and dropped).", ""]
-    table = md_table(("memory latency", "quota", "prefetch", "MSHRs", "QPs", "messages", "frames in", "efficiency",
-                      "msgs / kclk", "QPC lookups / hits / misses"),
+    table = md_table(("memory latency", "quota", "prefetch", "MSHRs", "QPs", "messages", "frames in",
+                      "frames in / kclk", "efficiency", "msgs / kclk", "QPC lookups / hits / misses"),
                      [(x["mem_latency"], x["quota"], x.get("prefetch", 0), x["mshrs"], x["qps"], x["messages"],
-                       x.get("rx", 0),
+                       x.get("rx", 0), _rx_rate(x),
                        f"**{x['efficiency']:.3f}**",
                        x["msgs_per_kclk"], f"{x['qpc_lookups']} / {x['qpc_hits']} / {x['qpc_misses']}") for x in rows])
     return "\n".join(head + table) + "\n"
+
+
+def _rx_rate(row) -> str:
+    """Frames in per 1 000 clocks over the whole run (ENABLE to idle), or a dash."""
+    if not row.get("rx") or not row.get("run_clocks"):
+        return "–"
+    return f"{1000 * row['rx'] / row['run_clocks']:.2f}"
 
 
 def _plot(rows, path: Path):
