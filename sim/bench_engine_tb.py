@@ -23,7 +23,9 @@ from ..model.descriptor import LinkMode, PacketDesc
 from ..model.frames import build_frame, normalize_desc
 from ..model.opcodes import Opcode
 from ..model.qpc import COUNTER_NAMES, PathMtu
+from ..model.receive import PortAddresses
 from ..model.regs import REG
+from ..model.responder import ResponderSettings
 from ..model.wqe import WqeFlags, WqeOpcode
 from .fast_harness import FastFrameClock, FastTB
 from .scenario import DEFAULT_MAP, SGIDS, MemoryMap, WorkloadBuilder
@@ -70,7 +72,8 @@ def rx_frames(rng, qps: int, count: int, size: int = 64) -> list[bytes]:
     for _ in range(count):
         desc = PacketDesc(mode=LinkMode.ROCEV2_IPV4, payload_len=size, dst_mac=port.mac, src_mac=_PEER_MAC,
                           src_gid=_PEER_GID, dst_gid=port.gid, opcode=Opcode.UC_SEND_ONLY, pkey=0xFFFF,
-                          dest_qp=rng.randrange(qps), psn=rng.randrange(1 << 24), udp_sport=0xC000 | rng.randrange(1 << 14))
+                          dest_qp=rng.randrange(qps), psn=rng.randrange(1 << 24),
+                          udp_sport=0xC000 | rng.randrange(1 << 14))
         out.append(build_frame(normalize_desc(desc), rng.randbytes(size)))
     return out
 
@@ -94,9 +97,8 @@ async def _sends(tb, qps, size, mtu, messages, mem_latency, quota, rx=0):
     w = b.build()
     frames = []
     if rx:
-        port = SGIDS[0]
-        w.writes[-1:-1] = [(REG["PORT_MAC_LO"].offset, port.mac & 0xFFFF_FFFF), (REG["PORT_MAC_HI"].offset, port.mac >> 32),
-                           (REG["PORT_GIDS"].offset, 1)]
+        port = ResponderSettings(port=PortAddresses(SGIDS[0].mac, {SGIDS[0].gid}))   # SGID entry 0's addresses
+        w.writes[-1:-1] = port.writes(e.gid for e in SGIDS)                         # before ENABLE
         frames = rx_frames(tb.rng, qps, rx, 64)
     watch = FastFrameClock(tb)
     model = await tb.run(w, fixed_latency=mem_latency, timeout=2_000_000 + 4 * (messages + rx) * (mem_latency + 50),
@@ -144,7 +146,8 @@ async def bench_rate(tb, qps, messages, mem_latency, quota=1, size=64, mtu=4096,
     wire, ideal, span = _span(tb, sizes, watch, warmup)
     counters = _qpc_counters(tb)
     return {"qps": qps, "size": size, "mtu": mtu, "quota": quota, "messages": messages, "mem_latency": mem_latency,
-            "rx": rx, "rx_dropped": rx_dropped, "run_clocks": tb.clocks, "warmup_frames": warmup, "frames": len(sizes) - warmup, "wire_bytes": wire, "ideal_beats": ideal,
+            "rx": rx, "rx_dropped": rx_dropped, "run_clocks": tb.clocks,
+            "warmup_frames": warmup, "frames": len(sizes) - warmup, "wire_bytes": wire, "ideal_beats": ideal,
             "clocks": span, "msgs_per_kclk": round(1000 * (len(sizes) - warmup) / span, 2),
             "efficiency": round(ideal / span, 4), "bytes_per_clock": round(wire / span, 3),
             **{f"qpc_{k}": counters.get(k) for k in ("lookups", "hits", "misses")}, "frame_gaps": len(watch.gaps),

@@ -9,11 +9,11 @@ posted round robin with every doorbell rung before ENABLE; host memory answers e
 latency after its AR; the frame sink is always ready; every run is compared with the golden model
 (:func:`rnic.sim.bench_engine_tb.bench_rate`). With ``--rx 1`` a run also offers one 64-byte frame per
 message on ``s_axis``, back to back from ENABLE on, each for a QP drawn at random (a UC SEND to the RC QPs,
-which the responder looks up and drops: :func:`rnic.sim.bench_engine_tb.rx_frames`). The first round (one message per QP: the cold misses) is
-warm-up; efficiency (ideal beats / clocks) and messages per 1000 clocks count from the second round's first
-beat. One Verilator build per ``(max_qps, mshrs, prefetch)`` (``prefetch``: ``RnicConfig.ctx_prefetch``):
-``max_qps`` is the smallest power of two that holds the QPs, at least the default 256. ``--quick``: 16 and 256
-QPs, 50-clock memory, one MSHR, prefetch off and on.
+which the responder looks up and drops: :func:`rnic.sim.bench_engine_tb.rx_frames`). The first round (one
+message per QP: the cold misses) is warm-up; efficiency (ideal beats / clocks) and messages per 1000 clocks
+count from the second round's first beat. One Verilator build per ``(max_qps, mshrs, prefetch)``
+(``prefetch``: ``RnicConfig.ctx_prefetch``): ``max_qps`` is the smallest power of two that holds the QPs, at
+least the default 256. ``--quick``: 16 and 256 QPs, 50-clock memory, one MSHR, prefetch off and on.
 
 Writes ``DIR/qps.csv``, ``DIR/report.md``, ``DIR/results.json`` and, with matplotlib, ``DIR/qps.png``.
 """
@@ -54,12 +54,13 @@ def plan(qps=(16, 256, 4096), latencies=(50, 200), quotas=(1, 16), mshrs=(1, 4),
          prefetch=(0, 2), rx=(0, 1)) -> dict:
     """The runs, grouped by engine configuration: ``{config: [rate plan items]}``."""
     out: dict[RnicConfig, list[dict]] = {}
-    for n, p in ((n, p) for p in prefetch for n in mshrs):
-        for q in qps:
-            items = out.setdefault(config_for(q, n, p), [])
-            items += [{"part": "rate", "qps": q, "messages": per_qp * q, "mem_latency": lat, "quota": quota,
-                       "size": 64, "mtu": 4096, "rx": per_qp * q * r} for lat in latencies for quota in quotas
-                      for r in rx]
+    for p in prefetch:
+        for n in mshrs:
+            for q in qps:
+                items = out.setdefault(config_for(q, n, p), [])
+                items += [{"part": "rate", "qps": q, "messages": per_qp * q, "mem_latency": lat, "quota": quota,
+                           "size": 64, "mtu": 4096, "rx": per_qp * q * r} for lat in latencies for quota in quotas
+                          for r in rx]
     return out
 
 

@@ -210,7 +210,7 @@ class DescriptorEngine(wiring.Component):
     """
 
     def __init__(self, cache_cfg: QpcCacheConfig, *, max_qps: int, window: int, max_mtu: int,
-                 wqe_prefetch: int, deep_below: int, wqe_width: int, ctx_prefetch: int = 0):
+                 wqe_prefetch: int, deep_below: int, wqe_width: int, ctx_prefetch: int):
         if not isinstance(cache_cfg, QpcCacheConfig):
             raise TypeError(f"cache_cfg must be a QpcCacheConfig, not {cache_cfg!r}")
         self.cache_cfg = cache_cfg
